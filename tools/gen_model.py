@@ -1,0 +1,884 @@
+"""Generate ``agenthost_protocol/types/*.py`` from the AHP JSON Schemas.
+
+Usage::
+
+    python tools/gen_model.py [SPEC_DIR]
+
+SPEC_DIR defaults to ``../shared/ahp-spec`` (the pinned upstream snapshot).
+The generated modules are committed; this tool is only needed again when
+the spec snapshot moves.  The schemas are incomplete (enums and a few union
+``$ref`` targets dangle, some wrapper objects are mis-generated, a few
+nullable fields are listed as required), so the tables below carry the
+missing facts, taken from the spec's TypeScript sources as summarised in
+``shared/notes/spec-inventory.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "agenthost_protocol" / "types"
+SCHEMA_FILES = ("state", "actions", "commands", "notifications", "errors")
+
+# ---------------------------------------------------------------------------
+# Facts the schemas lack
+# ---------------------------------------------------------------------------
+
+STRING_ENUMS: dict[str, list[str]] = {
+    "ReconnectResultType": ["replay", "snapshot"],
+    "ContentEncoding": ["base64", "utf-8"],
+    "ResourceWriteMode": ["truncate", "append", "insert"],
+    "ResourceType": ["file", "directory", "symlink"],
+    "AuthRequiredReason": ["required", "expired"],
+    "CompletionItemKind": ["userMessage"],
+    "PolicyState": ["enabled", "disabled", "unconfigured"],
+    "SessionLifecycle": ["creating", "ready", "creationFailed"],
+    "CustomizationType": [
+        "plugin", "directory", "agent", "skill", "prompt", "rule", "hook", "mcpServer",
+    ],
+    "CustomizationLoadStatus": ["loading", "loaded", "degraded", "error"],
+    "McpServerStatus": ["starting", "ready", "authRequired", "error", "stopped"],
+    "McpAuthRequiredReason": ["required", "expired", "insufficientScope"],
+    "ChatOriginKind": ["user", "fork", "tool"],
+    "ChatInteractivity": ["full", "read-only", "hidden"],
+    "PendingMessageKind": ["steering", "queued"],
+    "ChatInputResponseKind": ["accept", "decline", "cancel"],
+    "ChatInputQuestionKind": [
+        "text", "number", "integer", "boolean", "single-select", "multi-select",
+    ],
+    "ChatInputAnswerValueKind": ["text", "number", "boolean", "selected", "selected-many"],
+    "ChatInputAnswerState": ["draft", "submitted", "skipped"],
+    "TurnState": ["complete", "cancelled", "error"],
+    "MessageAttachmentKind": ["simple", "embeddedResource", "resource", "annotations"],
+    "MessageKind": ["user", "agent", "tool", "systemNotification"],
+    "ResponsePartKind": ["markdown", "contentRef", "toolCall", "reasoning", "systemNotification"],
+    "ToolCallStatus": [
+        "streaming", "pending-confirmation", "running", "pending-result-confirmation",
+        "completed", "cancelled",
+    ],
+    "ToolCallConfirmationReason": ["not-needed", "user-action", "setting"],
+    "ToolCallCancellationReason": ["denied", "skipped", "result-denied"],
+    "ConfirmationOptionKind": ["approve", "deny"],
+    "ToolCallContributorKind": ["client", "mcp"],
+    "ToolResultContentType": [
+        "text", "embeddedResource", "resource", "fileEdit", "terminal", "subagent",
+    ],
+    "TerminalClaimKind": ["client", "session"],
+    "ChangesetStatus": ["computing", "ready", "error"],
+    "ChangesetOperationStatus": ["idle", "running", "error", "disabled"],
+    "ChangesetOperationScope": ["changeset", "resource", "range"],
+    "ChangesetOperationTargetKind": ["resource", "range"],
+    "ResourceChangeType": ["added", "updated", "deleted"],
+}
+# ActionType is filled in from the StateAction union (73 values).
+
+# Types the schemas reference but never define, written as schema fragments.
+MISSING_DEFS: dict[str, dict[str, Any]] = {
+    "ChangesetOperationResourceTarget": {
+        "type": "object",
+        "description": "Targets one resource of the changeset.",
+        "properties": {
+            "kind": {"$ref": "#/$defs/ChangesetOperationTargetKind.Resource"},
+            "resource": {"$ref": "#/$defs/URI", "description": "The targeted resource."},
+            "side": {"$ref": "#/$defs/ChangesetOperationTargetSide",
+                     "description": "Which side of the diff, when it matters."},
+        },
+        "required": ["kind", "resource"],
+    },
+    "ChangesetOperationRangeTarget": {
+        "type": "object",
+        "description": "Targets a range inside one resource of the changeset.",
+        "properties": {
+            "kind": {"$ref": "#/$defs/ChangesetOperationTargetKind.Range"},
+            "resource": {"$ref": "#/$defs/URI", "description": "The targeted resource."},
+            "range": {"$ref": "#/$defs/TextRange", "description": "The targeted range."},
+            "side": {"$ref": "#/$defs/ChangesetOperationTargetSide",
+                     "description": "Which side of the diff, when it matters."},
+        },
+        "required": ["kind", "resource", "range"],
+    },
+}
+STRING_ENUMS["ChangesetOperationTargetSide"] = ["before", "after"]
+
+# Fields declared ``T | undefined`` without ``?``: required in the schema,
+# absent on the wire (and null in reducer fixtures).
+NULLABLE_REQUIRED = {
+    ("ActionEnvelope", "origin"),
+    ("Turn", "usage"),
+    ("ActiveTurn", "usage"),
+    ("SessionActivityChangedAction", "activity"),
+    ("SessionChangesetsChangedAction", "changesets"),
+    ("ChangesetOperationsChangedAction", "operations"),
+    ("SessionMetaChangedAction", "_meta"),
+}
+
+# Names for inline object types (the spec gives them none).
+INLINE_NAMES = {
+    ("FileEdit", "before"): "FileEditSide",
+    ("FileEdit", "after"): "FileEditSide",
+    ("FileEdit", "diff"): "FileEditDiff",
+    ("ToolResultFileEditContent", "before"): "FileEditSide",
+    ("ToolResultFileEditContent", "after"): "FileEditSide",
+    ("ToolResultFileEditContent", "diff"): "FileEditDiff",
+    ("AhpMcpUiHostCapabilities", "serverTools"): "McpUiListChangedCapability",
+    ("AhpMcpUiHostCapabilities", "serverResources"): "McpUiListChangedCapability",
+    ("AhpMcpUiHostCapabilities", "sampling"): "McpUiSamplingCapability",
+    ("ToolCallResult", "error"): "ToolCallError",
+    ("ToolCallPendingResultConfirmationState", "error"): "ToolCallError",
+    ("ToolCallCompletedState", "error"): "ToolCallError",
+    ("SessionChatUpdatedAction", "changes"): "PartialChatSummary",
+    ("SessionSummaryChangedParams", "changes"): "PartialSessionSummary",
+}
+
+# Field types the schema generator got wrong (``{items: T[]}`` wrappers
+# emitted as ``{items: string}``, JSON Schema objects as strings, booleans
+# discriminating the two ``chat/toolCallConfirmed`` shapes).
+FIELD_TYPE_OVERRIDES = {
+    ("ToolCallPendingConfirmationState", "edits"): "FileEditList",
+    ("ChatToolCallReadyAction", "edits"): "FileEditList",
+    ("ResourceWatchState", "excludes"): "PathPatternList",
+    ("ResourceWatchState", "includes"): "PathPatternList",
+    ("CreateResourceWatchParams", "excludes"): "PathPatternList",
+    ("CreateResourceWatchParams", "includes"): "PathPatternList",
+    ("ResourceWatchChangedAction", "changes"): "ResourceChangeList",
+    ("ToolDefinition", "inputSchema"): "Mapping[str, Any]",
+    ("ToolDefinition", "outputSchema"): "Mapping[str, Any]",
+    ("Snapshot", "state"): "SnapshotState",
+    ("ChatToolCallApprovedAction", "approved"): "Literal[True]",
+    ("ChatToolCallDeniedAction", "approved"): "Literal[False]",
+}
+LITERAL_DEFAULTS = {
+    ("ChatToolCallApprovedAction", "approved"): "True",
+    ("ChatToolCallDeniedAction", "approved"): "False",
+}
+EXTRA_STRUCTS: dict[str, dict[str, Any]] = {
+    "FileEditList": {
+        "type": "object",
+        "description": "File edits, wrapped in ``{items}`` on the wire for forward compatibility.",
+        "properties": {"items": {"type": "array", "items": {"$ref": "#/$defs/FileEdit"}}},
+        "required": ["items"],
+    },
+    "PathPatternList": {
+        "type": "object",
+        "description": "Glob patterns or relative paths, wrapped in ``{items}`` on the wire.",
+        "properties": {"items": {"type": "array", "items": {"type": "string"}}},
+        "required": ["items"],
+    },
+    "ResourceChangeList": {
+        "type": "object",
+        "description": "A batch of resource changes, wrapped in ``{items}`` on the wire.",
+        "properties": {"items": {"type": "array", "items": {"$ref": "#/$defs/ResourceChange"}}},
+        "required": ["items"],
+    },
+    "MarkdownString": {
+        "type": "object",
+        "description": "The Markdown form of :data:`StringOrMarkdown`.",
+        "properties": {"markdown": {"type": "string", "description": "Markdown source."}},
+        "required": ["markdown"],
+    },
+    "UserChatOrigin": {
+        "type": "object",
+        "description": "The chat was started by a user.",
+        "properties": {"kind": {"$ref": "#/$defs/ChatOriginKind.User"}},
+        "required": ["kind"],
+    },
+    "ForkChatOrigin": {
+        "type": "object",
+        "description": "The chat was forked from a turn of another chat.",
+        "properties": {
+            "kind": {"$ref": "#/$defs/ChatOriginKind.Fork"},
+            "chat": {"$ref": "#/$defs/URI", "description": "The chat forked from."},
+            "turnId": {"type": "string", "description": "The turn forked at."},
+        },
+        "required": ["kind", "chat", "turnId"],
+    },
+    "ToolChatOrigin": {
+        "type": "object",
+        "description": "The chat was started by a tool call (e.g. a subagent).",
+        "properties": {
+            "kind": {"$ref": "#/$defs/ChatOriginKind.Tool"},
+            "chat": {"$ref": "#/$defs/URI", "description": "The chat holding the tool call."},
+            "toolCallId": {"type": "string", "description": "The tool call."},
+        },
+        "required": ["kind", "chat", "toolCallId"],
+    },
+}
+
+# Tagged unions: name -> (discriminator wire key, variant classes, open?).
+# Every open union gets an ``Unknown<Name>`` variant keeping the raw payload.
+UNIONS: dict[str, tuple[str, list[str], bool]] = {
+    "ChangesetOperationTarget": (
+        "kind", ["ChangesetOperationResourceTarget", "ChangesetOperationRangeTarget"], False,
+    ),
+    "ReconnectResult": ("type", ["ReconnectReplayResult", "ReconnectSnapshotResult"], False),
+    "ChatOrigin": ("kind", ["UserChatOrigin", "ForkChatOrigin", "ToolChatOrigin"], True),
+}
+OPEN_STATE_UNIONS = [
+    "ChatInputQuestion", "ChatInputAnswerValue", "ChatInputAnswer", "MessageAttachment",
+    "ResponsePart", "ToolCallContributor", "ToolCallState", "ToolResultContent",
+    "Customization", "ChildCustomization", "CustomizationLoadState", "McpServerState",
+    "TerminalClaim", "TerminalContentPart",
+]
+UNKNOWN_NAMES = {"StateAction": "UnknownAction"}
+
+# Base interfaces that are not wire types of their own: their fields are
+# copied onto every variant.  ``AhpErrorDetailsMap`` is a type-level map,
+# ``BaseParams`` the common shape of params.  Listed in the coverage test.
+SKIPPED_DEFS = {
+    "CustomizationBase", "ContainerCustomizationBase", "ToolCallBase",
+    "ToolCallParameterFields", "ChatInputQuestionBase", "MessageAttachmentBase",
+    "ToolCallActionBase", "BaseParams", "AhpErrorDetailsMap",
+}
+
+# Module layout, mirroring the spec's channels.
+MODULE_OF_STATE = {
+    "common": """Icon ProtectedResourceMetadata ConfigPropertySchema ConfigSchema TextPosition
+        TextRange TextSelection ContentRef FileEdit FileEditSide FileEditDiff FileEditList
+        UsageInfo ErrorInfo StringOrMarkdown MarkdownString JsonPrimitive""",
+    "root": """RootState AgentInfo SessionModelInfo ModelSelection AgentSelection
+        RootConfigState""",
+    "session": """SessionState SessionActiveClient ProjectInfo SessionSummary PartialSessionSummary ChangesSummary
+        SessionConfigPropertySchema SessionConfigSchema SessionConfigState ToolDefinition
+        ToolAnnotations""",
+    "customizations": """CustomizationLoadingState CustomizationLoadedState
+        CustomizationDegradedState CustomizationErrorState PluginCustomization
+        ClientPluginCustomization DirectoryCustomization AgentCustomization SkillCustomization
+        PromptCustomization RuleCustomization HookCustomization McpServerCustomization
+        McpServerCustomizationApps AhpMcpUiHostCapabilities McpUiListChangedCapability
+        McpUiSamplingCapability McpServerStartingState McpServerReadyState
+        McpServerAuthRequiredState McpServerErrorState McpServerStoppedState
+        ChildCustomizationType CustomizationLoadState ChildCustomization Customization
+        McpServerState""",
+    "chat": """ChatState ChatSummary PartialChatSummary PendingMessage UserChatOrigin
+        ForkChatOrigin ToolChatOrigin ChatOrigin Turn ActiveTurn MessageOrigin Message
+        SimpleMessageAttachment MessageEmbeddedResourceAttachment MessageResourceAttachment
+        MessageAnnotationsAttachment MessageAttachment MarkdownResponsePart
+        ResourceReponsePart ToolCallResponsePart ReasoningResponsePart
+        SystemNotificationResponsePart ResponsePart""",
+    "input_requests": """ChatInputOption ChatInputTextQuestion ChatInputNumberQuestion
+        ChatInputBooleanQuestion ChatInputSingleSelectQuestion ChatInputMultiSelectQuestion
+        ChatInputRequest ChatInputTextAnswerValue ChatInputNumberAnswerValue
+        ChatInputBooleanAnswerValue ChatInputSelectedAnswerValue
+        ChatInputSelectedManyAnswerValue ChatInputAnswered ChatInputSkipped ChatInputQuestion
+        ChatInputAnswerValue ChatInputAnswer""",
+    "tool_calls": """ConfirmationOption ToolCallClientContributor ToolCallMcpContributor
+        ToolCallResult ToolCallError ToolCallStreamingState ToolCallPendingConfirmationState
+        ToolCallRunningState ToolCallPendingResultConfirmationState ToolCallCompletedState
+        ToolCallCancelledState ToolResultTextContent ToolResultEmbeddedResourceContent
+        ToolResultResourceContent ToolResultFileEditContent ToolResultTerminalContent
+        ToolResultSubagentContent ToolCallContributor ToolCallState ToolResultContent""",
+    "terminal": """TerminalInfo TerminalClientClaim TerminalSessionClaim TerminalState
+        TerminalUnclassifiedPart TerminalCommandPart TerminalClaim TerminalContentPart""",
+    "changeset": """Changeset ChangesetState ChangesetFile ChangesetOperation""",
+    "annotations": """AnnotationsSummary AnnotationsState Annotation AnnotationEntry""",
+    "otlp": """TelemetryCapabilities""",
+    "resource_watch": """ResourceWatchState ResourceChange ResourceChangeList
+        PathPatternList""",
+    "snapshot": """Snapshot""",
+}
+MODULE_DOCS = {
+    "enums": "The spec's string enums and the ``SessionStatus`` bitset.",
+    "common": "Structs shared by every channel: text ranges, content references, file edits, errors.",
+    "root": "State of the root channel ``ahp-root://``: agents, models, terminals, host config.",
+    "session": "State of a session channel ``ahp-session:/<id>``: summary, chats catalogue, clients, config.",
+    "customizations": "Session customizations: plugins, directories, agents, skills, MCP servers.",
+    "chat": "State of a chat channel ``ahp-chat:/<id>``: turns, messages, response parts.",
+    "input_requests": "Input requests (elicitation) raised in a chat, their questions and answers.",
+    "tool_calls": "Tool calls in a chat: the six-state lifecycle, contributors and results.",
+    "terminal": "State of a terminal channel: content parts, claims.",
+    "changeset": "State of a changeset channel: files, operations and status.",
+    "annotations": "State of an annotations channel ``ahp-session:/<id>/annotations``.",
+    "otlp": "Telemetry (OTLP) channel capabilities.",
+    "resource_watch": "State of a resource-watch channel ``ahp-resource-watch:/<id>`` and its change events.",
+    "snapshot": "``Snapshot``: a channel's state at a given ``serverSeq``.",
+    "actions": "Every state action (the ``StateAction`` union), ``ActionOrigin`` and ``ActionEnvelope``.",
+    "commands": "Params and results of every JSON-RPC request, in both directions.",
+    "notifications": "Params of the protocol notifications.",
+    "error_codes": "JSON-RPC and AHP error codes and the typed ``data`` of AHP errors.",
+}
+MODULE_ORDER = [
+    "enums", "common", "root", "customizations", "tool_calls", "input_requests", "chat",
+    "session", "terminal", "changeset", "annotations", "otlp", "resource_watch", "snapshot",
+    "actions", "commands", "notifications", "error_codes",
+]
+SCHEMA_MODULE = {"actions": "actions", "commands": "commands",
+                 "notifications": "notifications", "errors": "error_codes"}
+
+# Streamed text: appended to by deltas, so stored in a ``TextBuffer`` (amortised
+# O(len(delta)) appends, older states untouched) and read as a plain ``str``.
+TEXT_BUFFER_FIELDS = {
+    ("MarkdownResponsePart", "content"), ("ReasoningResponsePart", "content"),
+    ("ToolCallStreamingState", "partialInput"), ("TerminalUnclassifiedPart", "value"),
+    ("TerminalCommandPart", "output"),
+}
+
+FLOAT_FIELDS = {
+    ("ChatInputNumberQuestion", "min"), ("ChatInputNumberQuestion", "max"),
+    ("ChatInputNumberQuestion", "defaultValue"), ("ChatInputNumberAnswerValue", "value"),
+}
+PY_KEYWORDS = {"from", "import", "class", "def", "global", "is", "in", "not", "and", "or",
+               "lambda", "with", "as", "pass", "yield", "return", "async", "await"}
+
+ACTION_CHANNEL_PREFIX = {
+    "root": "Root", "session": "Session", "chat": "Chat", "terminal": "Terminal",
+    "changeset": "Changeset", "annotations": "Annotations", "resourceWatch": "ResourceWatch",
+}
+
+
+def snake(name: str) -> str:
+    if name == "_meta":
+        return "meta"
+    s = re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", name)
+    s = re.sub(r"(?<=[A-Z])([A-Z][a-z])", r"_\1", s).lower()
+    if s in PY_KEYWORDS:
+        s += "_"
+    return s
+
+
+def camel(py: str) -> str:
+    head, *rest = py.rstrip("_").split("_")
+    return head + "".join(p[:1].upper() + p[1:] for p in rest)
+
+
+def member_name(value: str) -> str:
+    s = re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", value)
+    return re.sub(r"[^A-Za-z0-9]+", "_", s).upper().strip("_")
+
+
+def doc(text: str | None, indent: str) -> list[str]:
+    if not text:
+        return []
+    text = re.sub(r"\{@link ([^}|]+?)\s*\|\s*([^}]+)\}", r"\2", text)
+    text = re.sub(r"\{@link ([^}]+)\}", r"``\1``", text)
+    text = text.replace("\\", "\\\\").replace('"""', "'''").strip()
+    paras = [p for p in text.split("\n\n")]
+    lines: list[str] = []
+    for i, p in enumerate(paras):
+        if i:
+            lines.append("")
+        p_lines = p.splitlines()
+        if any(line.startswith(("-", " ", "|", "`")) for line in p_lines[1:]):
+            lines.extend(line.rstrip() for line in p_lines)
+        else:
+            lines.extend(textwrap.wrap(" ".join(line.strip() for line in p_lines),
+                                       width=88 - len(indent)) or [""])
+    out = [f'{indent}"""{lines[0]}'] + [f"{indent}{ln}" if ln else "" for ln in lines[1:]]
+    if len(lines) == 1:
+        out[0] += '"""'
+    else:
+        out.append(f'{indent}"""')
+    return out
+
+
+class Gen:
+    def __init__(self, spec: Path) -> None:
+        self.defs: dict[str, dict[str, Any]] = {}
+        for f in SCHEMA_FILES:
+            data = json.loads((spec / "schema" / f"{f}.schema.json").read_text())
+            for k, v in data["$defs"].items():
+                if k not in self.defs:
+                    self.defs[k] = v
+                    self.defs[k]["_file"] = f
+        for k, v in {**MISSING_DEFS, **EXTRA_STRUCTS}.items():
+            v["_file"] = "state"
+            self.defs[k] = v
+        self.defs["ChangesetOperationResourceTarget"]["_file"] = "commands"
+        self.defs["ChangesetOperationRangeTarget"]["_file"] = "commands"
+        self.module: dict[str, str] = {}
+        for mod, names in MODULE_OF_STATE.items():
+            for n in names.split():
+                self.module[n] = mod
+        for k, v in self.defs.items():
+            if k not in self.module and k not in SKIPPED_DEFS:
+                self.module[k] = SCHEMA_MODULE.get(v["_file"], "common")
+        self.module["ChangesetOperationResourceTarget"] = "commands"
+        self.module["ChangesetOperationRangeTarget"] = "commands"
+        self.module["ChangesetOperationTarget"] = "commands"
+        self.module["ReconnectResult"] = "commands"
+        self.module["URI"] = "common"
+        self.module["JsonRpcErrorCode"] = "error_codes"
+        self.module["AhpErrorCode"] = "error_codes"
+        # ActionType from the StateAction union
+        self.action_types: dict[str, str] = {}
+        for ref in self.defs["StateAction"]["oneOf"]:
+            cls = ref.get("$ref", "").rsplit("/", 1)[-1]
+            if not cls:
+                continue
+            if cls == "ChatToolCallConfirmedAction":
+                self.action_types["chat/toolCallConfirmed"] = cls
+                continue
+            t = self.defs[cls]["properties"]["type"]["$ref"].rsplit(".", 1)[-1]
+            self.action_types[self.action_value(t)] = cls
+        STRING_ENUMS["ActionType"] = list(self.action_types)
+        for e in STRING_ENUMS:
+            self.module[e] = "enums"
+        self.module["SessionStatus"] = "enums"
+        self.inline_defs: dict[str, dict[str, Any]] = {}
+        self.text_methods: dict[str, list[tuple[str, bool, str | None]]] = {}
+        self.unions: dict[str, tuple[str, list[str], bool]] = dict(UNIONS)
+        for u in OPEN_STATE_UNIONS + ["Customization", "ChildCustomization"]:
+            variants = [r["$ref"].rsplit("/", 1)[-1] for r in self.defs[u]["oneOf"]
+                        if r.get("$ref")]
+            tag = self.tag_key(variants[0])
+            self.unions[u] = (tag, variants, True)
+        sa = [c for c in self.action_types.values() if c != "ChatToolCallConfirmedAction"]
+        sa_all = []
+        for t, c in self.action_types.items():
+            if c == "ChatToolCallConfirmedAction":
+                sa_all += ["ChatToolCallApprovedAction", "ChatToolCallDeniedAction"]
+            else:
+                sa_all.append(c)
+        del sa
+        self.unions["StateAction"] = ("type", sa_all, True)
+        self.unions["ChatToolCallConfirmedAction"] = (
+            "approved", ["ChatToolCallApprovedAction", "ChatToolCallDeniedAction"], False,
+        )
+        for u in self.unions:
+            self.module.setdefault(u, self.module.get(u, "common"))
+        for u, (_, _, is_open) in self.unions.items():
+            if is_open:
+                self.module[self.unknown_name(u)] = self.module[u]
+
+    @staticmethod
+    def action_value(member: str) -> str:
+        for prefix in sorted(ACTION_CHANNEL_PREFIX.items(), key=lambda kv: -len(kv[1])):
+            if member.startswith(prefix[1]):
+                rest = member[len(prefix[1]):]
+                return f"{prefix[0]}/{rest[0].lower()}{rest[1:]}"
+        raise ValueError(member)
+
+    def unknown_name(self, union: str) -> str:
+        return UNKNOWN_NAMES.get(union, f"Unknown{union}")
+
+    def tag_key(self, cls: str) -> str:
+        props = self.defs[cls]["properties"]
+        for key in ("type", "kind", "status", "state"):
+            if key in props:
+                return key
+        raise ValueError(cls)
+
+    # -- types -------------------------------------------------------------
+    def enum_member_ref(self, ref: str) -> str | None:
+        if "." in ref:
+            enum, member = ref.split(".", 1)
+            if enum == "ActionType":
+                value = self.action_value(member)
+            else:
+                value = next(v for v in STRING_ENUMS[enum] if member_name(v) ==
+                             member_name(re.sub(r"(?<=[a-z])(?=[A-Z])", "-", member)))
+            return f"{enum}.{member_name(value)}"
+        return None
+
+    def py_type(self, owner: str, wire: str, schema: dict[str, Any]) -> tuple[str, str | None]:
+        """Return (annotation, literal default) for a property schema."""
+        key = (owner, wire)
+        if key in FIELD_TYPE_OVERRIDES:
+            return FIELD_TYPE_OVERRIDES[key], LITERAL_DEFAULTS.get(key)
+        if key in INLINE_NAMES:
+            name = INLINE_NAMES[key]
+            self.inline_defs.setdefault(name, schema)
+            return name, None
+        if "$ref" in schema:
+            ref = schema["$ref"].rsplit("/", 1)[-1]
+            member = self.enum_member_ref(ref)
+            if member:
+                return f"Literal[{member}]", member
+            if ref in STRING_ENUMS:
+                return f"{ref} | str", None
+            return ref, None
+        if "oneOf" in schema:
+            members = [self.enum_member_ref(r["$ref"].rsplit("/", 1)[-1]) for r in schema["oneOf"]]
+            if all(members) and wire in ("kind", "state", "type"):
+                return f"Literal[{', '.join(m for m in members if m)}]", None
+            if all(members):
+                return members[0].split(".")[0] + " | str", None  # type: ignore[union-attr]
+            raise ValueError(key)
+        t = schema.get("type")
+        if t == "string":
+            enum = schema.get("enum")
+            if enum and len(enum) == 1 and wire in ("type", "kind"):
+                return f'Literal["{enum[0]}"]', f'"{enum[0]}"'
+            if enum and len(enum) == 1:
+                return "str", f'"{enum[0]}"'
+            return "str", None
+        if t == "number":
+            return ("float" if key in FLOAT_FIELDS else "int"), None
+        if t == "boolean":
+            return "bool", None
+        if t == "array":
+            inner, _ = self.py_type(owner, wire, schema["items"]) if schema["items"] else ("Any", None)
+            return f"tuple[{inner}, ...]", None
+        if t == "object":
+            ap = schema.get("additionalProperties")
+            if ap:
+                inner, _ = self.py_type(owner, wire, ap)
+                return f"Mapping[str, {inner}]", None
+            if "properties" in schema:
+                raise ValueError(f"unnamed inline object {key}")
+            return "Mapping[str, Any]", None
+        if schema == {} or set(schema) <= {"description"}:
+            return "Any", None
+        raise ValueError(f"{key}: {schema}")
+
+    # -- emit ----------------------------------------------------------------
+    def struct_lines(self, name: str, schema: dict[str, Any]) -> tuple[list[str], set[str]]:
+        props = schema.get("properties", {})
+        required = set(schema.get("required", []))
+        lines = ["", "", "@frozen(kw_only=True)", f"class {name}:"]
+        lines += doc(schema.get("description") or f"The ``{name}`` structure.", "    ")
+        refs: set[str] = set()
+        ordered = sorted(props.items(), key=lambda kv: (kv[0] not in ("type", "kind", "status", "state") or "Literal" not in self.py_type(name, kv[0], kv[1])[0]))
+        for wire, ps in ordered:
+            ann, default = self.py_type(name, wire, ps)
+            refs |= set(re.findall(r"[A-Z][A-Za-z0-9]+", ann))
+            py = snake(wire)
+            meta = "" if camel(py) == wire else f'metadata={{"wire": "{wire}"}}'
+            is_req = wire in required and (name, wire) not in NULLABLE_REQUIRED
+            unhashable = ann.startswith("Mapping") or ann == "Any" or "Mapping[" in ann
+            args = []
+            if default is not None:
+                args.append(f"default={default}")
+            elif not is_req:
+                ann = f"{ann} | None"
+                args.append("default=None")
+            if unhashable:
+                args.append("hash=False")
+            if meta:
+                args.append(meta)
+            if (name, wire) in TEXT_BUFFER_FIELDS:
+                lines += self.text_buffer_field(name, wire, py, is_req, ps)
+                continue
+            rhs = f" = field({', '.join(args)})" if args else ""
+            if args == ["default=None"]:
+                rhs = " = None"
+            elif default is not None and args == [f"default={default}"]:
+                rhs = f" = {default}"
+            lines.append(f"    {py}: {ann}{rhs}")
+            lines += doc(ps.get("description"), "    ")
+        if not props:
+            lines.append("")
+        lines += self.text_method_lines(name)
+        return lines, refs
+
+    def text_buffer_field(self, name: str, wire: str, py: str, is_req: bool,
+                          ps: dict[str, Any]) -> list[str]:
+        self.text_methods.setdefault(name, []).append((py, is_req, ps.get("description")))
+        if is_req:
+            return [f'    _{py}: TextBuffer = field(alias="{py}", converter=TextBuffer.of, '
+                    f'metadata={{"wire": "{wire}"}})']
+        return [f'    _{py}: TextBuffer | None = field(alias="{py}", default=None, '
+                f'converter=optional_text, metadata={{"wire": "{wire}"}})']
+
+    def text_method_lines(self, name: str) -> list[str]:
+        out: list[str] = []
+        for py, is_req, desc in self.text_methods.get(name, []):
+            ret = "str" if is_req else "str | None"
+            out += ["", "    @property", f"    def {py}(self) -> {ret}:"]
+            out += doc(desc, "        ")
+            if is_req:
+                out.append(f"        return self._{py}.value")
+            else:
+                out += [f"        buf = self._{py}", "        return None if buf is None else buf.value"]
+            out += ["", f"    def with_{py}_appended(self, text: str) -> {name}:",
+                    f'        """A copy with ``text`` appended to ``{py}``, in time proportional to ``text``."""']
+            if is_req:
+                out.append(f"        return evolve(self, {py}=self._{py}.appended(text))")
+            else:
+                out += [f"        buf = self._{py}",
+                        f"        return evolve(self, {py}=TextBuffer.of(text) if buf is None else buf.appended(text))"]
+        return out
+
+    def union_lines(self, name: str) -> tuple[list[str], set[str]]:
+        tag, variants, is_open = self.unions[name]
+        out: list[str] = []
+        refs = set(variants)
+        members = list(variants)
+        if is_open:
+            unk = self.unknown_name(name)
+            members.append(unk)
+            out += ["", "", "@frozen(kw_only=True)", f"class {unk}:",
+                    f'    """A ``{name}`` whose ``{tag}`` this library does not know.',
+                    "",
+                    "    Decoding keeps the whole wire object in ``raw``; encoding writes it back",
+                    '    verbatim, so values from newer peers survive a round trip."""',
+                    f"    {snake(tag)}: Any",
+                    f"    {'' if tag == 'type' else ''}\"\"\"The unrecognised ``{tag}`` value.\"\"\"",
+                    "    raw: Mapping[str, Any] = field(hash=False)",
+                    '    """The whole wire object, as received."""']
+        desc = self.defs.get(name, {}).get("description")
+        out += ["", "", f"{name}: TypeAlias = Union[", *[f"    {m}," for m in members], "]"]
+        out += doc(desc or f"One of the ``{name}`` variants, chosen by ``{tag}``.", "")
+        return out, refs
+
+    def enum_lines(self, name: str) -> list[str]:
+        vals = STRING_ENUMS[name]
+        desc = self.defs.get(name, {}).get("description") or f"The ``{name}`` values."
+        lines = ["", "", f"class {name}(str, Enum):"]
+        lines += doc(desc, "    ")
+        for v in vals:
+            lines.append(f'    {member_name(v)} = "{v}"')
+        return lines
+
+    def build(self) -> dict[str, list[str]]:
+        bodies: dict[str, list[str]] = {m: [] for m in MODULE_ORDER}
+        refs: dict[str, set[str]] = {m: set() for m in MODULE_ORDER}
+        names: dict[str, list[str]] = {m: [] for m in MODULE_ORDER}
+        # enums
+        for e in STRING_ENUMS:
+            bodies["enums"] += self.enum_lines(e)
+            names["enums"].append(e)
+        bodies["enums"] += [
+            "", "", "class SessionStatus(IntFlag):",
+            '    """Status bitset of sessions and chats.',
+            "",
+            "    Bits 0-4 hold one activity value (``IDLE``, ``ERROR``, ``IN_PROGRESS``,",
+            "    ``INPUT_NEEDED``); bits 5 and up are independent flags (``IS_READ``,",
+            "    ``IS_ARCHIVED``).  Unknown bits from newer peers are kept.",
+            '    """',
+            "", "    IDLE = 1", "    ERROR = 2", "    IN_PROGRESS = 8", "    INPUT_NEEDED = 24",
+            "    IS_READ = 32", "    IS_ARCHIVED = 64",
+            "", "", "ACTIVITY_MASK: Final = 31",
+            '"""The bits of ``SessionStatus`` that hold the activity value."""',
+        ]
+        names["enums"] += ["SessionStatus", "ACTIVITY_MASK"]
+        special = {"StringOrMarkdown", "JsonPrimitive", "ChildCustomizationType", "URI",
+                   "JsonRpcErrorCode", "AhpErrorCode", "ProtocolNotification", "ChatAction"}
+        emitted: set[str] = set()
+        pending = [k for k in self.defs if k not in SKIPPED_DEFS and k not in special
+                   and k not in STRING_ENUMS and not k.startswith("ActionType")]
+        # Keep union aliases after their variants: emit structs first, unions at module end.
+        union_names = [u for u in self.unions]
+        i = 0
+        while i < len(pending) or self.inline_defs.keys() - emitted:
+            if i < len(pending):
+                name = pending[i]
+                i += 1
+            else:
+                name = sorted(self.inline_defs.keys() - emitted)[0]
+            if name in emitted or name in self.unions:
+                continue
+            schema = self.defs.get(name) or self.inline_defs[name]
+            if "oneOf" in schema:
+                raise ValueError(f"untreated union {name}")
+            mod = self.module[name]
+            lines, r = self.struct_lines(name, schema)
+            bodies[mod] += lines
+            refs[mod] |= r
+            names[mod].append(name)
+            emitted.add(name)
+        bodies["common"] += ["", "", "URI: TypeAlias = str", '"""A URI string."""',
+                             "", "", "StringOrMarkdown: TypeAlias = Union[str, MarkdownString]",
+                             '"""Plain text, or ``MarkdownString`` to be rendered as Markdown."""',
+                             "", "", "JsonPrimitive: TypeAlias = Union[str, int, float, bool, None]",
+                             '"""A primitive JSON value."""']
+        names["common"] += ["URI", "StringOrMarkdown", "JsonPrimitive"]
+        for u in union_names:
+            mod = self.module[u]
+            lines, r = self.union_lines(u)
+            bodies[mod] += lines
+            refs[mod] |= r
+            names[mod].append(u)
+            if self.unions[u][2]:
+                names[mod].append(self.unknown_name(u))
+        bodies["customizations"] += [
+            "", "", "ChildCustomizationType: TypeAlias = Literal[",
+            "    CustomizationType.AGENT, CustomizationType.SKILL, CustomizationType.PROMPT,",
+            "    CustomizationType.RULE, CustomizationType.HOOK, CustomizationType.MCP_SERVER,",
+            "]", '"""The ``CustomizationType`` values a child customization may have."""']
+        names["customizations"].append("ChildCustomizationType")
+        # per-channel action aliases
+        for chan, prefix in ACTION_CHANNEL_PREFIX.items():
+            members = [c for c in self.unions["StateAction"][1] if c.startswith(prefix)
+                       and not (prefix == "Changeset" and False)]
+            if prefix == "Chat":
+                members = [c for c in members if c.startswith("Chat")]
+            alias = f"{prefix}Action"
+            bodies["actions"] += ["", "", f"{alias}: TypeAlias = Union[",
+                                  *[f"    {m}," for m in members], "    UnknownAction,", "]",
+                                  f'"""Every ``{chan}/*`` action, plus ``UnknownAction``."""']
+            names["actions"].append(alias)
+        bodies["notifications"] += [
+            "", "", "ProtocolNotification: TypeAlias = Union[",
+            *[f"    {r['$ref'].rsplit('/', 1)[-1]}," for r in self.defs["ProtocolNotification"]["oneOf"]],
+            "]", '"""The params of any of the seven protocol notifications."""']
+        names["notifications"].append("ProtocolNotification")
+        bodies["snapshot"] += [
+            "", "", "SnapshotState: TypeAlias = Union[",
+            "    RootState, SessionState, ChatState, TerminalState, ChangesetState,",
+            "    ResourceWatchState, AnnotationsState,", "]",
+            '"""The state of any stateful channel (decoded by channel URI, else by shape)."""']
+        names["snapshot"].append("SnapshotState")
+        refs["snapshot"] |= {"RootState", "SessionState", "ChatState", "TerminalState",
+                             "ChangesetState", "ResourceWatchState", "AnnotationsState"}
+        bodies["error_codes"] = self.error_code_lines() + bodies["error_codes"]
+        names["error_codes"] = ["JsonRpcErrorCode", "AhpErrorCode"] + names["error_codes"]
+        # registry of wire tags for the converter
+        reg = ["", "", "# Tagged unions: alias -> (wire tag key, {tag value: variant}, unknown variant).",
+               "TAGGED_UNIONS: Final[dict[Any, tuple[str, dict[Any, type], type | None]]] = {"]
+        for u, (tag, variants, is_open) in self.unions.items():
+            if u == "StateAction":
+                continue
+            entries = []
+            for v in variants:
+                for t in self.tags_of(v, tag):
+                    entries.append(f"{t}: {v}")
+            unk = self.unknown_name(u) if is_open else "None"
+            reg.append(f'    {u}: ("{tag}", {{{", ".join(entries)}}}, {unk}),')
+        reg.append("}")
+        action_entries = []
+        for v in self.unions["StateAction"][1]:
+            if v in ("ChatToolCallApprovedAction", "ChatToolCallDeniedAction"):
+                continue
+            (t,) = self.tags_of(v, "type")
+            action_entries.append(f"    {t}: {v},")
+        action_entries.append("    ActionType.CHAT_TOOL_CALL_CONFIRMED: ChatToolCallConfirmedAction,")
+        reg += ["", "", "ACTION_CLASSES: Final[dict[str, Any]] = {", *action_entries, "}",
+                '"""Action ``type`` -> class (or, for ``chat/toolCallConfirmed``, the union)."""']
+        return {"bodies": bodies, "refs": refs, "names": names, "registry": reg}  # type: ignore[dict-item]
+
+    def tags_of(self, cls: str, tag: str) -> list[str]:
+        if tag == "approved":
+            return ["True"] if "Approved" in cls else ["False"]
+        schema = self.defs.get(cls) or self.inline_defs[cls]
+        ann, _ = self.py_type(cls, tag, schema["properties"][tag])
+        inner = ann[len("Literal["):-1]
+        return [x.strip() for x in inner.split(",")]
+
+    def error_code_lines(self) -> list[str]:
+        return [
+            "", "", "class JsonRpcErrorCode(IntEnum):",
+            '    """Standard JSON-RPC 2.0 error codes."""', "",
+            "    PARSE_ERROR = -32700", "    INVALID_REQUEST = -32600",
+            "    METHOD_NOT_FOUND = -32601", "    INVALID_PARAMS = -32602",
+            "    INTERNAL_ERROR = -32603",
+            "", "", "class AhpErrorCode(IntEnum):",
+            '    """AHP application error codes."""', "",
+            "    SESSION_NOT_FOUND = -32001", "    PROVIDER_NOT_FOUND = -32002",
+            "    SESSION_ALREADY_EXISTS = -32003", "    TURN_IN_PROGRESS = -32004",
+            "    UNSUPPORTED_PROTOCOL_VERSION = -32005", "    CONTENT_NOT_FOUND = -32006",
+            "    AUTH_REQUIRED = -32007", "    NOT_FOUND = -32008", "    PERMISSION_DENIED = -32009",
+            "    ALREADY_EXISTS = -32010", "    CONFLICT = -32011",
+        ]
+
+
+HEADER = '''"""{doc}
+
+Generated by ``tools/gen_model.py`` from the AHP {version} JSON Schemas; do not edit.
+"""
+
+from __future__ import annotations
+'''
+
+
+def write(spec: Path) -> None:
+    g = Gen(spec)
+    res = g.build()
+    bodies, refs, names = res["bodies"], res["refs"], res["names"]
+    version = json.loads((spec / "registry.json").read_text())["protocolVersion"]
+    owner = {n: m for m, ns in names.items() for n in ns}
+    OUT.mkdir(parents=True, exist_ok=True)
+    for mod in MODULE_ORDER:
+        body = "\n".join(bodies[mod])
+        used = {r for r in refs[mod] if r in owner and owner[r] != mod}
+        # Enums give class-level defaults and union aliases are evaluated at
+        # import time: those imports are real.  Everything else is only an
+        # annotation, imported for type checkers and bound late by
+        # ``types/__init__`` (the channel modules refer to each other).
+        runtime = {r for r in used if owner[r] == "enums" or mod == "snapshot"}
+        typing_names = [n for n in ("Any", "Final", "Literal", "Mapping", "TypeAlias", "Union")
+                        if re.search(rf"\b{n}\b", body)]
+        imports = []
+        if "Mapping" in typing_names:
+            imports.append("from collections.abc import Mapping")
+        if mod == "enums":
+            imports.append("from enum import Enum, IntFlag")
+        if mod == "error_codes":
+            imports.append("from enum import IntEnum")
+        tn = [n for n in typing_names if n != "Mapping"]
+        if used - runtime:
+            tn.append("TYPE_CHECKING")
+        if tn:
+            imports.append(f"from typing import {', '.join(sorted(tn))}")
+        if "@frozen" in body:
+            imports.append("")
+            attrs_names = ["frozen"] + (["field"] if "field(" in body else []) + (
+                ["evolve"] if "evolve(" in body else [])
+            imports.append(f"from attrs import {', '.join(sorted(attrs_names))}")
+        if "TextBuffer" in body:
+            imports.append("")
+            imports.append("from ._text import TextBuffer" + (
+                ", optional_text" if "optional_text" in body else ""))
+
+        def import_lines(names_: set[str], indent: str) -> list[str]:
+            by_mod: dict[str, list[str]] = {}
+            for r in sorted(names_):
+                by_mod.setdefault(owner[r], []).append(r)
+            out = []
+            for m in sorted(by_mod, key=MODULE_ORDER.index):
+                joined = ", ".join(by_mod[m])
+                line = f"{indent}from .{m} import {joined}"
+                if len(line) > 99:
+                    inner = "".join(f"{indent}    {n},\n" for n in by_mod[m])
+                    line = f"{indent}from .{m} import (\n{inner}{indent})"
+                out.append(line)
+            return out
+
+        if runtime:
+            imports.append("")
+            imports += import_lines(runtime, "")
+        if used - runtime:
+            imports += ["", "if TYPE_CHECKING:"] + import_lines(used - runtime, "    ")
+        all_names = names[mod]
+        text = HEADER.format(doc=MODULE_DOCS[mod], version=version)
+        text += "\n" + "\n".join(imports) + "\n"
+        text += "\n__all__ = [\n" + "".join(f'    "{n}",\n' for n in all_names) + "]\n"
+        text += body + "\n"
+        (OUT / f"{mod}.py").write_text(text)
+    tag_refs = set(re.findall(r"\b[A-Z][A-Za-z0-9]+\b", "\n".join(res["registry"]))) & owner.keys()
+    by_mod: dict[str, list[str]] = {}
+    for r in sorted(tag_refs):
+        by_mod.setdefault(owner[r], []).append(r)
+    tag_text = HEADER.format(doc="Wire tags of the tagged unions, for the converter.", version=version)
+    tag_text += "\nfrom typing import Any, Final\n\n"
+    for m in sorted(by_mod, key=MODULE_ORDER.index):
+        tag_text += f"from .{m} import (\n" + "".join(f"    {n},\n" for n in by_mod[m]) + ")\n"
+    tag_text += "\n".join(res["registry"]) + "\n"
+    (OUT / "_tags.py").write_text(tag_text)
+    init = ['"""Every AHP type, importable from one place.', "",
+            "The model is split by channel (``types.chat``, ``types.session``, ...); this",
+            "module re-exports all of it.  Generated by ``tools/gen_model.py``; do not edit.",
+            '"""', "", "from __future__ import annotations", ""]
+    every: list[str] = []
+    for mod in MODULE_ORDER:
+        init.append(f"from . import {mod}")
+        init.append(f"from .{mod} import (\n" + "".join(f"    {n},\n" for n in names[mod]) + ")")
+        every += names[mod]
+    init += [
+        "",
+        "from . import _tags  # noqa: E402,F401",
+        "",
+        "# Bind the names each channel module imports only for type checkers, so that",
+        "# annotations resolve at run time (cattrs, typing.get_type_hints).",
+        "import sys as _sys  # noqa: E402",
+        "",
+        "for _mod in (" + ", ".join(MODULE_ORDER) + "):",
+        "    _ns = vars(_mod)",
+        "    for _name in __all__:",
+        "        _ns.setdefault(_name, globals()[_name])",
+        "del _sys",
+    ]
+    init[init.index("from __future__ import annotations") + 1:init.index("from __future__ import annotations") + 1] = [
+        "", "__all__ = ["] + [f'    "{n}",' for n in sorted(every)] + ["]"]
+    init += [""]
+    (OUT / "__init__.py").write_text("\n".join(init))
+    print(f"wrote {len(MODULE_ORDER)} modules, {len(every)} names")
+
+
+if __name__ == "__main__":
+    write(Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT.parent / "shared" / "ahp-spec")

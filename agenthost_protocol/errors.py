@@ -10,7 +10,9 @@ sent something malformed.  Each error carries
   found, ``-32602`` invalid params, or an AHP code such as ``-32005``);
 * ``path``: where the offending value sits, as a JSONPath-like string such as
   ``$.params.action.turnId`` (``None`` when the whole input is at fault);
-* ``data``: optional JSON-RPC error ``data``.
+* ``data``: optional JSON-RPC error ``data``;
+* ``request_id``: the id of the request at fault, when it could be read, so
+  that a host can answer it.
 
 Any other exception escaping the library (``KeyError``, ``TypeError``, ...)
 is a bug in the library, never the expected reaction to bad input.
@@ -46,8 +48,10 @@ class ProtocolError(Exception):
         path: str | None = None,
         code: int | None = None,
         data: Any = None,
+        request_id: Any = None,
     ) -> None:
         super().__init__(message)
+        self.request_id = request_id
         self.message = message
         self.path = path
         if code is not None:
@@ -68,37 +72,37 @@ class ProtocolError(Exception):
 class LocalProtocolError(ProtocolError):
     """The caller asked for something the protocol or this object's state forbids."""
 
-    code = JsonRpcErrorCode.INVALID_PARAMS
+    code: int = JsonRpcErrorCode.INVALID_PARAMS
 
 
 class RemoteProtocolError(ProtocolError):
     """The peer sent something malformed or out of protocol."""
 
-    code = JsonRpcErrorCode.INVALID_REQUEST
+    code: int = JsonRpcErrorCode.INVALID_REQUEST
 
 
 class ParseError(RemoteProtocolError):
     """The input is not JSON (JSON-RPC ``-32700``)."""
 
-    code = JsonRpcErrorCode.PARSE_ERROR
+    code: int = JsonRpcErrorCode.PARSE_ERROR
 
 
 class InvalidRequest(RemoteProtocolError):
     """The JSON is not a valid JSON-RPC message (``-32600``)."""
 
-    code = JsonRpcErrorCode.INVALID_REQUEST
+    code: int = JsonRpcErrorCode.INVALID_REQUEST
 
 
 class MethodNotFound(RemoteProtocolError):
     """The method is not an AHP method in this direction (``-32601``)."""
 
-    code = JsonRpcErrorCode.METHOD_NOT_FOUND
+    code: int = JsonRpcErrorCode.METHOD_NOT_FOUND
 
 
 class InvalidParams(RemoteProtocolError):
     """A value does not match the AHP types (``-32602``): a wrong type, a missing field."""
 
-    code = JsonRpcErrorCode.INVALID_PARAMS
+    code: int = JsonRpcErrorCode.INVALID_PARAMS
 
 
 class UnsupportedProtocolVersion(RemoteProtocolError):
@@ -109,4 +113,4 @@ class UnsupportedProtocolVersion(RemoteProtocolError):
     connection after answering with it.
     """
 
-    code = AhpErrorCode.UNSUPPORTED_PROTOCOL_VERSION
+    code: int = AhpErrorCode.UNSUPPORTED_PROTOCOL_VERSION

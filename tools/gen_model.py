@@ -150,6 +150,7 @@ FIELD_TYPE_OVERRIDES = {
     ("ToolDefinition", "inputSchema"): "Mapping[str, Any]",
     ("ToolDefinition", "outputSchema"): "Mapping[str, Any]",
     ("Snapshot", "state"): "SnapshotState",
+    ("FileEditSide", "content"): "ContentRef",
     ("ChatToolCallApprovedAction", "approved"): "Literal[True]",
     ("ChatToolCallDeniedAction", "approved"): "Literal[False]",
 }
@@ -357,7 +358,7 @@ def doc(text: str | None, indent: str) -> list[str]:
     text = re.sub(r"\{@link ([^}|]+?)\s*\|\s*([^}]+)\}", r"\2", text)
     text = re.sub(r"\{@link ([^}]+)\}", r"``\1``", text)
     text = text.replace("\\", "\\\\").replace('"""', "'''").strip()
-    paras = [p for p in text.split("\n\n")]
+    paras = list(text.split("\n\n"))
     lines: list[str] = []
     for i, p in enumerate(paras):
         if i:
@@ -422,19 +423,17 @@ class Gen:
         self.inline_defs: dict[str, dict[str, Any]] = {}
         self.text_methods: dict[str, list[tuple[str, bool, str | None]]] = {}
         self.unions: dict[str, tuple[str, list[str], bool]] = dict(UNIONS)
-        for u in OPEN_STATE_UNIONS + ["Customization", "ChildCustomization"]:
+        for u in [*OPEN_STATE_UNIONS, "Customization", "ChildCustomization"]:
             variants = [r["$ref"].rsplit("/", 1)[-1] for r in self.defs[u]["oneOf"]
                         if r.get("$ref")]
             tag = self.tag_key(variants[0])
             self.unions[u] = (tag, variants, True)
-        sa = [c for c in self.action_types.values() if c != "ChatToolCallConfirmedAction"]
         sa_all = []
-        for t, c in self.action_types.items():
+        for c in self.action_types.values():
             if c == "ChatToolCallConfirmedAction":
                 sa_all += ["ChatToolCallApprovedAction", "ChatToolCallDeniedAction"]
             else:
                 sa_all.append(c)
-        del sa
         self.unions["StateAction"] = ("type", sa_all, True)
         self.unions["ChatToolCallConfirmedAction"] = (
             "approved", ["ChatToolCallApprovedAction", "ChatToolCallDeniedAction"], False,
@@ -570,7 +569,7 @@ class Gen:
                           ps: dict[str, Any]) -> list[str]:
         self.text_methods.setdefault(name, []).append((py, is_req, ps.get("description")))
         if is_req:
-            return [f'    _{py}: TextBuffer = field(alias="{py}", converter=TextBuffer.of, '
+            return [f'    _{py}: TextBuffer = field(alias="{py}", converter=as_text, '
                     f'metadata={{"wire": "{wire}"}})']
         return [f'    _{py}: TextBuffer | None = field(alias="{py}", default=None, '
                 f'converter=optional_text, metadata={{"wire": "{wire}"}})']
@@ -608,7 +607,7 @@ class Gen:
                     "    Decoding keeps the whole wire object in ``raw``; encoding writes it back",
                     '    verbatim, so values from newer peers survive a round trip."""',
                     f"    {snake(tag)}: Any",
-                    f"    {'' if tag == 'type' else ''}\"\"\"The unrecognised ``{tag}`` value.\"\"\"",
+                    f'    """The unrecognised ``{tag}`` value."""',
                     "    raw: Mapping[str, Any] = field(hash=False)",
                     '    """The whole wire object, as received."""']
         desc = self.defs.get(name, {}).get("description")
@@ -653,7 +652,7 @@ class Gen:
         pending = [k for k in self.defs if k not in SKIPPED_DEFS and k not in special
                    and k not in STRING_ENUMS and not k.startswith("ActionType")]
         # Keep union aliases after their variants: emit structs first, unions at module end.
-        union_names = [u for u in self.unions]
+        union_names = list(self.unions)
         i = 0
         while i < len(pending) or self.inline_defs.keys() - emitted:
             if i < len(pending):
@@ -695,7 +694,7 @@ class Gen:
         # per-channel action aliases
         for chan, prefix in ACTION_CHANNEL_PREFIX.items():
             members = [c for c in self.unions["StateAction"][1] if c.startswith(prefix)
-                       and not (prefix == "Changeset" and False)]
+                       and not (False)]
             if prefix == "Chat":
                 members = [c for c in members if c.startswith("Chat")]
             alias = f"{prefix}Action"
@@ -812,7 +811,7 @@ def write(spec: Path) -> None:
             imports.append(f"from attrs import {', '.join(sorted(attrs_names))}")
         if "TextBuffer" in body:
             imports.append("")
-            imports.append("from ._text import TextBuffer" + (
+            imports.append("from ._text import TextBuffer, as_text" + (
                 ", optional_text" if "optional_text" in body else ""))
 
         def import_lines(names_: set[str], indent: str) -> list[str]:
@@ -833,7 +832,7 @@ def write(spec: Path) -> None:
             imports.append("")
             imports += import_lines(runtime, "")
         if used - runtime:
-            imports += ["", "if TYPE_CHECKING:"] + import_lines(used - runtime, "    ")
+            imports += ["", "if TYPE_CHECKING:", *import_lines(used - runtime, "    ")]
         all_names = names[mod]
         text = HEADER.format(doc=MODULE_DOCS[mod], version=version)
         text += "\n" + "\n".join(imports) + "\n"
@@ -853,19 +852,25 @@ def write(spec: Path) -> None:
     init = ['"""Every AHP type, importable from one place.', "",
             "The model is split by channel (``types.chat``, ``types.session``, ...); this",
             "module re-exports all of it.  Generated by ``tools/gen_model.py``; do not edit.",
-            '"""', "", "from __future__ import annotations", ""]
+            '"""', ""]
     every: list[str] = []
+    hand_written = {"messages": ["AhpErrorResponse", "JsonRpcError", "JsonRpcErrorResponse",
+                                 "JsonRpcId", "JsonRpcMessage", "JsonRpcNotification",
+                                 "JsonRpcRequest", "JsonRpcSuccessResponse"]}
+    for mod, mod_names in hand_written.items():
+        init.append(f"from .{mod} import (\n" + "".join(f"    {n},\n" for n in mod_names) + ")")
+        every += mod_names
     for mod in MODULE_ORDER:
         init.append(f"from . import {mod}")
         init.append(f"from .{mod} import (\n" + "".join(f"    {n},\n" for n in names[mod]) + ")")
         every += names[mod]
     init += [
         "",
-        "from . import _tags  # noqa: E402,F401",
+        "from . import _tags",
         "",
         "# Bind the names each channel module imports only for type checkers, so that",
         "# annotations resolve at run time (cattrs, typing.get_type_hints).",
-        "import sys as _sys  # noqa: E402",
+        "import sys as _sys",
         "",
         "for _mod in (" + ", ".join(MODULE_ORDER) + "):",
         "    _ns = vars(_mod)",
@@ -873,8 +878,7 @@ def write(spec: Path) -> None:
         "        _ns.setdefault(_name, globals()[_name])",
         "del _sys",
     ]
-    init[init.index("from __future__ import annotations") + 1:init.index("from __future__ import annotations") + 1] = [
-        "", "__all__ = ["] + [f'    "{n}",' for n in sorted(every)] + ["]"]
+    init[6:6] = ["__all__ = ["] + [f'    "{n}",' for n in sorted(every)] + ["]", ""]
     init += [""]
     (OUT / "__init__.py").write_text("\n".join(init))
     print(f"wrote {len(MODULE_ORDER)} modules, {len(every)} names")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-__all__ = ["TextBuffer", "optional_text"]
+__all__ = ["TextBuffer", "as_text", "optional_text"]
 
 
 class _Chunks:
@@ -93,6 +93,11 @@ class TextBuffer:
         return (TextBuffer.of, (self.value,))
 
 
+def as_text(value: str | TextBuffer) -> TextBuffer:
+    """The attrs converter of streamed-text fields: ``TextBuffer.of``."""
+    return TextBuffer.of(value)
+
+
 def optional_text(value: str | TextBuffer | None) -> TextBuffer | None:
-    """``TextBuffer.of`` for optional fields."""
+    """The attrs converter of optional streamed-text fields."""
     return None if value is None else TextBuffer.of(value)

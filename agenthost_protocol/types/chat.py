@@ -10,7 +10,7 @@ from typing import Any, Literal, TYPE_CHECKING, TypeAlias, Union
 
 from attrs import evolve, field, frozen
 
-from ._text import TextBuffer
+from ._text import TextBuffer, as_text
 
 from .enums import (
     ChatInteractivity,
@@ -431,7 +431,7 @@ class MarkdownResponsePart:
     """Discriminant"""
     id: str
     """Part identifier, used by `chat/delta` to target this part for content appends"""
-    _content: TextBuffer = field(alias="content", converter=TextBuffer.of, metadata={"wire": "content"})
+    _content: TextBuffer = field(alias="content", converter=as_text, metadata={"wire": "content"})
 
     @property
     def content(self) -> str:
@@ -477,7 +477,7 @@ class ReasoningResponsePart:
     """Discriminant"""
     id: str
     """Part identifier, used by `chat/reasoning` to target this part for content appends"""
-    _content: TextBuffer = field(alias="content", converter=TextBuffer.of, metadata={"wire": "content"})
+    _content: TextBuffer = field(alias="content", converter=as_text, metadata={"wire": "content"})
 
     @property
     def content(self) -> str:

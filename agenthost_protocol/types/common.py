@@ -288,7 +288,7 @@ class FileEditSide:
     edits.
     """
     uri: str
-    content: str
+    content: ContentRef
 
 
 URI: TypeAlias = str

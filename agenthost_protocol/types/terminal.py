@@ -10,7 +10,7 @@ from typing import Any, Literal, TYPE_CHECKING, TypeAlias, Union
 
 from attrs import evolve, field, frozen
 
-from ._text import TextBuffer
+from ._text import TextBuffer, as_text
 
 from .enums import TerminalClaimKind
 
@@ -107,7 +107,7 @@ class TerminalUnclassifiedPart:
     terminals that do not support command detection.
     """
     type: Literal["unclassified"] = "unclassified"
-    _value: TextBuffer = field(alias="value", converter=TextBuffer.of, metadata={"wire": "value"})
+    _value: TextBuffer = field(alias="value", converter=as_text, metadata={"wire": "value"})
 
     @property
     def value(self) -> str:
@@ -136,7 +136,7 @@ class TerminalCommandPart:
     """
     command_line: str
     """The command line submitted to the shell."""
-    _output: TextBuffer = field(alias="output", converter=TextBuffer.of, metadata={"wire": "output"})
+    _output: TextBuffer = field(alias="output", converter=as_text, metadata={"wire": "output"})
     timestamp: int
     """Unix timestamp (ms) when execution started, as reported by the server."""
     is_complete: bool

@@ -10,7 +10,7 @@ from typing import Any, Literal, TYPE_CHECKING, TypeAlias, Union
 
 from attrs import evolve, field, frozen
 
-from ._text import TextBuffer, optional_text
+from ._text import TextBuffer, as_text, optional_text
 
 from .enums import (
     ConfirmationOptionKind,

@@ -1,0 +1,797 @@
+"""The codec: AHP's wire rules, as one private cattrs converter and typed helpers.
+
+The model (:mod:`agenthost_protocol.types`) says *what* the protocol's values
+are; this module says how they look as JSON:
+
+* Python fields are snake_case, wire keys camelCase (or the spec's own name,
+  recorded in the field's ``metadata["wire"]``, e.g. ``_meta``).
+* Optional fields decode an absent key (or ``null``) to ``None`` and encode
+  ``None`` as an absent key, never ``null``.
+* Tagged unions pick their variant by the discriminator (``type``, ``kind``,
+  ``status``, ``state`` or ``approved``); an open union keeps an unknown
+  discriminator as ``Unknown<Union>(tag, raw)`` and encodes ``raw`` verbatim.
+* Open string enums (``Enum | str``) keep unknown strings; ``SessionStatus``
+  keeps unknown bits; integers are never narrowed (int64 sequence numbers).
+* Unknown keys on known structs are dropped.
+* ``Snapshot.state`` is decoded by the channel kind of ``Snapshot.resource``,
+  else by shape.
+* Values are checked strictly: a string is not an int, a bool is not a
+  number, a list is not a string.
+
+Decoding errors are :class:`~agenthost_protocol.errors.RemoteProtocolError`
+subclasses carrying the JSON-RPC error code and the path of the offending
+value: :class:`~agenthost_protocol.errors.ParseError` (-32700),
+:class:`~agenthost_protocol.errors.InvalidRequest` (-32600),
+:class:`~agenthost_protocol.errors.MethodNotFound` (-32601) and
+:class:`~agenthost_protocol.errors.InvalidParams` (-32602).  Nothing else
+escapes, whatever the input.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import types as _pytypes
+from collections.abc import Callable, Mapping
+from enum import Enum, IntFlag
+from typing import Any, Literal, TypeVar, Union, cast, get_args, get_origin
+
+import attrs
+import cattrs
+from cattrs.errors import (
+    AttributeValidationNote,
+    BaseValidationError,
+    IterableValidationNote,
+)
+from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
+
+from . import types as t
+from .channels import ChannelKind, channel_kind
+from .errors import InvalidParams, InvalidRequest, MethodNotFound, ParseError, ProtocolError
+from .methods import METHODS, MessageKind
+from .types._tags import ACTION_CLASSES, TAGGED_UNIONS
+from .types._text import TextBuffer
+
+__all__ = [
+    "converter",
+    "dump",
+    "dumps",
+    "parse_action",
+    "parse_envelope",
+    "parse_json",
+    "parse_message",
+    "structure",
+    "unstructure",
+]
+
+T = TypeVar("T")
+_NoneType = type(None)
+
+
+class _Fail(Exception):
+    """A decoding failure at ``path`` (segments relative to the current value)."""
+
+    def __init__(self, message: str, path: tuple[str | int, ...] = ()) -> None:
+        super().__init__(message)
+        self.message = message
+        self.path = path
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
+
+
+def _expected(what: str, value: Any) -> _Fail:
+    return _Fail(f"expected {what}, got {_kind(value)}")
+
+
+# ---------------------------------------------------------------------------
+# Field names
+# ---------------------------------------------------------------------------
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.lstrip("_").rstrip("_").split("_")
+    return head + "".join(p[:1].upper() + p[1:] for p in rest)
+
+
+def wire_name(a: attrs.Attribute[Any]) -> str:
+    """The wire key of an attrs field."""
+    return cast(str, a.metadata.get("wire") or _camel(a.name))
+
+
+# ---------------------------------------------------------------------------
+# Scalars
+# ---------------------------------------------------------------------------
+
+
+def _s_str(value: Any, _: Any) -> str:
+    if type(value) is str:
+        return value
+    if isinstance(value, str):
+        return str(value)
+    raise _expected("a string", value)
+
+
+def _s_int(value: Any, _: Any) -> int:
+    if type(value) is int:
+        return value
+    if isinstance(value, float) and not isinstance(value, bool):
+        # JavaScript peers have one number type: an integral float is an int;
+        # a fractional one is kept rather than silently truncated.
+        if value.is_integer():
+            return int(value)
+        if math.isfinite(value):
+            return value  # type: ignore[return-value]
+    if isinstance(value, int) and not isinstance(value, bool):
+        return int(value)
+    raise _expected("an integer", value)
+
+
+def _s_float(value: Any, _: Any) -> float:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value
+    raise _expected("a number", value)
+
+
+def _s_bool(value: Any, _: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    raise _expected("a boolean", value)
+
+
+def _s_any(value: Any, _: Any) -> Any:
+    return value
+
+
+def _s_text(value: Any, _: Any) -> TextBuffer:
+    if isinstance(value, str):
+        return TextBuffer.of(value)
+    raise _expected("a string", value)
+
+
+def _s_status(value: Any, _: Any) -> t.SessionStatus:
+    if type(value) is int and value >= 0:
+        return t.SessionStatus(value)
+    if isinstance(value, float) and value.is_integer() and value >= 0:
+        return t.SessionStatus(int(value))
+    raise _expected("a non-negative integer bitset", value)
+
+
+# ---------------------------------------------------------------------------
+# Hook factories
+# ---------------------------------------------------------------------------
+
+
+def _is_union(tp: Any) -> bool:
+    return get_origin(tp) in (Union, _pytypes.UnionType)
+
+
+def _union_members(tp: Any) -> tuple[Any, ...]:
+    return tuple(a for a in get_args(tp) if a is not _NoneType)
+
+
+_TAGGED: dict[frozenset[Any], tuple[str, dict[Any, Any], type | None]] = {}
+for _alias, (_key, _tags, _unknown) in TAGGED_UNIONS.items():
+    _plain = {(tag.value if isinstance(tag, Enum) else tag): cls for tag, cls in _tags.items()}
+    _TAGGED[frozenset(get_args(_alias))] = (_key, _plain, _unknown)
+_ACTION_TAGS: dict[str, Any] = {
+    (k.value if isinstance(k, Enum) else k): v for k, v in ACTION_CLASSES.items()
+}
+_STATE_ACTION_MEMBERS = frozenset(get_args(t.StateAction))
+_SNAPSHOT_STATES = frozenset(get_args(t.SnapshotState))
+_STRING_OR_MARKDOWN = frozenset(get_args(t.StringOrMarkdown))
+_JSON_PRIMITIVE = frozenset(get_args(t.JsonPrimitive)) - {_NoneType}
+
+_STATE_BY_CHANNEL: dict[ChannelKind, type] = {
+    ChannelKind.ROOT: t.RootState,
+    ChannelKind.SESSION: t.SessionState,
+    ChannelKind.CHAT: t.ChatState,
+    ChannelKind.TERMINAL: t.TerminalState,
+    ChannelKind.CHANGESET: t.ChangesetState,
+    ChannelKind.ANNOTATIONS: t.AnnotationsState,
+    ChannelKind.RESOURCE_WATCH: t.ResourceWatchState,
+}
+# Shape detection order of the Rust SDK: the most specific required keys first.
+_SHAPE_ORDER = (
+    t.SessionState, t.ChatState, t.TerminalState, t.ChangesetState,
+    t.ResourceWatchState, t.AnnotationsState, t.RootState,
+)
+
+
+def _required_keys(cls: type) -> frozenset[str]:
+    return frozenset(
+        wire_name(a) for a in attrs.fields(cls) if a.default is attrs.NOTHING
+    )
+
+
+class _Codec:
+    """Builds and registers every hook on one converter."""
+
+    def __init__(self, conv: cattrs.Converter) -> None:
+        self.c = conv
+        self.required = {cls: _required_keys(cls) for cls in _SHAPE_ORDER}
+
+    # -- unions ---------------------------------------------------------------
+    def union_structure(self, tp: Any) -> Callable[[Any, Any], Any]:
+        members = _union_members(tp)
+        optional = len(members) != len(get_args(tp))
+        inner = self._union_inner(frozenset(members), members)
+
+        if not optional:
+            return inner
+
+        def optional_hook(value: Any, _: Any) -> Any:
+            return None if value is None else inner(value, _)
+
+        return optional_hook
+
+    def _union_inner(
+        self, key: frozenset[Any], members: tuple[Any, ...]
+    ) -> Callable[[Any, Any], Any]:
+        c = self.c
+        if len(members) == 1:
+            (only,) = members
+            hook = c.get_structure_hook(only)
+            return lambda value, _: hook(value, only)
+        if key == _STATE_ACTION_MEMBERS:
+            return lambda value, _: self.structure_action(value)
+        if key in _TAGGED:
+            tag_key, tags, unknown = _TAGGED[key]
+            return self._tagged(tag_key, tags, unknown)
+        if key == _SNAPSHOT_STATES:
+            return lambda value, _: self.structure_state_by_shape(value)
+        if key == _STRING_OR_MARKDOWN:
+            md = c.get_structure_hook(t.MarkdownString)
+
+            def string_or_markdown(value: Any, _: Any) -> Any:
+                if isinstance(value, str):
+                    return value
+                if isinstance(value, dict):
+                    return md(value, t.MarkdownString)
+                raise _expected("a string or {markdown}", value)
+
+            return string_or_markdown
+        if key == _JSON_PRIMITIVE:
+
+            def primitive(value: Any, _: Any) -> Any:
+                if value is None or isinstance(value, (str, int, float, bool)):
+                    return value
+                raise _expected("a string, number, boolean or null", value)
+
+            return primitive
+        enums = [m for m in members if isinstance(m, type) and issubclass(m, Enum)]
+        if len(members) == 2 and len(enums) == 1 and str in members:
+            enum_cls = enums[0]
+
+            def open_enum(value: Any, _: Any) -> Any:
+                if not isinstance(value, str):
+                    raise _expected("a string", value)
+                try:
+                    return enum_cls(value)
+                except ValueError:
+                    return value
+
+            return open_enum
+        if set(members) <= {int, str}:
+            def id_like(value: Any, _: Any) -> Any:
+                if isinstance(value, (int, str)) and not isinstance(value, bool):
+                    return value
+                raise _expected("a number or string", value)
+
+            return id_like
+        raise TypeError(f"no wire rule for union {members!r}")  # a bug in the model
+
+    def _tagged(
+        self, tag_key: str, tags: dict[Any, Any], unknown: type | None
+    ) -> Callable[[Any, Any], Any]:
+        c = self.c
+        hooks = {tag: (cls, c.get_structure_hook(cls)) for tag, cls in tags.items()}
+
+        def tagged(value: Any, _: Any) -> Any:
+            if type(value) is not dict:
+                raise _expected("an object", value)
+            if tag_key not in value:
+                raise _Fail("required field missing", (tag_key,))
+            tag = value[tag_key]
+            hit = hooks.get(tag) if isinstance(tag, (str, bool)) else None
+            if hit is not None and (tag_key != "approved" or isinstance(tag, bool)):
+                cls, hook = hit
+                return hook(value, cls)
+            if unknown is None:
+                raise _Fail(f"unknown {tag_key} {tag!r}", (tag_key,))
+            return unknown(**{_py_tag(tag_key): tag, "raw": value})
+
+        return tagged
+
+    def structure_action(self, value: Any) -> Any:
+        if type(value) is not dict:
+            raise _expected("an object", value)
+        tag = value.get("type", _MISSING)
+        if tag is _MISSING:
+            raise _Fail("required field missing", ("type",))
+        target = _ACTION_TAGS.get(tag) if isinstance(tag, str) else None
+        if target is None:
+            return t.UnknownAction(type=tag, raw=value)
+        return self.c.structure(value, target)
+
+    def structure_state_by_shape(self, value: Any) -> Any:
+        if type(value) is not dict:
+            raise _expected("an object", value)
+        keys = value.keys()
+        for cls in _SHAPE_ORDER:
+            if self.required[cls] <= keys:
+                return self.c.structure(value, cls)
+        raise _Fail("not the state of any channel kind")
+
+    # -- containers -----------------------------------------------------------
+    def tuple_structure(self, tp: Any) -> Callable[[Any, Any], Any]:
+        (item,) = get_args(tp)[:1]
+        hook = self.c.get_structure_hook(item)
+
+        def seq(value: Any, _: Any) -> tuple[Any, ...]:
+            if type(value) is not list:
+                raise _expected("an array", value)
+            out = []
+            for i, v in enumerate(value):
+                try:
+                    out.append(hook(v, item))
+                except Exception as e:
+                    raise _nest(e, i) from None
+            return tuple(out)
+
+        return seq
+
+    def mapping_structure(self, tp: Any) -> Callable[[Any, Any], Any]:
+        args = get_args(tp)
+        item = args[1] if len(args) == 2 else Any
+        if item is Any:
+
+            def obj(value: Any, _: Any) -> dict[str, Any]:
+                if type(value) is not dict:
+                    raise _expected("an object", value)
+                return value
+
+            return obj
+        hook = self.c.get_structure_hook(item)
+
+        def mapping(value: Any, _: Any) -> dict[str, Any]:
+            if type(value) is not dict:
+                raise _expected("an object", value)
+            out = {}
+            for k, v in value.items():
+                try:
+                    out[k] = hook(v, item)
+                except Exception as e:
+                    raise _nest(e, k) from None
+            return out
+
+        return mapping
+
+    def literal_structure(self, tp: Any) -> Callable[[Any, Any], Any]:
+        allowed = get_args(tp)
+
+        def literal(value: Any, _: Any) -> Any:
+            for a in allowed:
+                if value == a and type(value is True) is type(a is True) and (
+                    isinstance(a, bool) == isinstance(value, bool)
+                ):
+                    return a
+            raise _Fail(f"expected one of {[getattr(a, 'value', a) for a in allowed]!r}")
+
+        return literal
+
+    # -- classes ----------------------------------------------------------------
+    def class_structure(self, cls: type) -> Callable[[Any, Any], Any]:
+        if cls is t.Snapshot:
+            return self.snapshot_structure()
+        fields = attrs.fields(cls)
+        overrides = {a.name: override(rename=wire_name(a)) for a in fields}
+        inner: Callable[[Any, Any], Any] = make_dict_structure_fn(
+            cls, self.c, _cattrs_use_alias=True, **overrides  # type: ignore[arg-type]
+        )
+
+        def struct(value: Any, _: Any) -> Any:
+            if type(value) is not dict:
+                raise _expected("an object", value)
+            return inner(value, cls)
+
+        return struct
+
+    def snapshot_structure(self) -> Callable[[Any, Any], Any]:
+        c = self.c
+
+        def snapshot(value: Any, _: Any) -> t.Snapshot:
+            if type(value) is not dict:
+                raise _expected("an object", value)
+            for key in ("resource", "state", "fromSeq"):
+                if key not in value:
+                    raise _Fail("required field missing", (key,))
+            resource = _field(_s_str, value, "resource")
+            from_seq = _field(_s_int, value, "fromSeq")
+            kind = channel_kind(resource)
+            state_cls = _STATE_BY_CHANNEL.get(kind) if kind is not None else None
+            try:
+                if state_cls is None:
+                    state = self.structure_state_by_shape(value["state"])
+                else:
+                    state = c.structure(value["state"], state_cls)
+            except Exception as e:
+                raise _nest(e, "state") from None
+            return t.Snapshot(resource=resource, state=state, from_seq=from_seq)
+
+        return snapshot
+
+    def class_unstructure(self, cls: type) -> Callable[[Any], Any]:
+        if cls in _UNKNOWN_CLASSES:
+            return lambda obj: dict(obj.raw)
+        fields = attrs.fields(cls)
+        overrides = {
+            a.name: override(rename=wire_name(a), omit_if_default=a.default is None)
+            for a in fields
+        }
+        return make_dict_unstructure_fn(cls, self.c, _cattrs_use_alias=True, **overrides)  # type: ignore[arg-type]
+
+
+_MISSING = object()
+_UNKNOWN_CLASSES = frozenset(
+    u for (_, _, u) in TAGGED_UNIONS.values() if u is not None
+) | {t.UnknownAction}
+
+
+def _py_tag(tag_key: str) -> str:
+    return tag_key
+
+
+def _field(hook: Callable[[Any, Any], T], value: dict[str, Any], key: str) -> T:
+    try:
+        return hook(value[key], None)
+    except _Fail as e:
+        raise _Fail(e.message, (key, *e.path)) from None
+
+
+def _nest(e: Exception, segment: str | int) -> _Fail:
+    """Prefix the path of a failure raised below ``segment``."""
+    inner = _to_fail(e)
+    return _Fail(inner.message, (segment, *inner.path))
+
+
+def _to_fail(e: BaseException) -> _Fail:
+    """Reduce a failure (ours or a cattrs exception group) to one message and path."""
+    path: list[str | int] = []
+    while True:
+        if isinstance(e, _Fail):
+            return _Fail(e.message, (*path, *e.path))
+        if isinstance(e, BaseValidationError) and e.exceptions:
+            sub = e.exceptions[0]
+            for note in getattr(sub, "__notes__", ()):
+                if isinstance(note, AttributeValidationNote):
+                    cls = getattr(e, "cl", None)
+                    path.append(_wire_of(cls, note.name))
+                    break
+                if isinstance(note, IterableValidationNote):
+                    path.append(note.index)
+                    break
+            e = sub
+            continue
+        if isinstance(e, KeyError):
+            return _Fail("required field missing", tuple(path))
+        if isinstance(e, RecursionError):
+            return _Fail("value nested too deeply", tuple(path))
+        if isinstance(e, ProtocolError):
+            return _Fail(e.message, tuple(path))
+        return _Fail(f"invalid value ({type(e).__name__}: {e})", tuple(path))
+
+
+def _wire_of(cls: Any, name: str) -> str:
+    if cls is not None and attrs.has(cls):
+        for a in attrs.fields(cls):
+            if a.name == name:
+                return wire_name(a)
+    return _camel(name)
+
+
+def _is_any(tp: Any) -> bool:
+    return tp is Any
+
+
+def _is_tuple(tp: Any) -> bool:
+    return tp is tuple or get_origin(tp) is tuple
+
+
+def _is_mapping(tp: Any) -> bool:
+    return tp in (Mapping, dict) or get_origin(tp) in (Mapping, dict)
+
+
+def _is_literal(tp: Any) -> bool:
+    return get_origin(tp) is Literal
+
+
+def _is_message(tp: Any) -> bool:
+    return tp in _MESSAGE_CLASSES or get_origin(tp) in _MESSAGE_CLASSES or tp == t.JsonRpcMessage
+
+
+def _make_converter() -> cattrs.Converter:
+    conv = cattrs.Converter(detailed_validation=True, forbid_extra_keys=False)
+    codec = _Codec(conv)
+
+    conv.register_structure_hook(str, _s_str)
+    conv.register_structure_hook(int, _s_int)
+    conv.register_structure_hook(float, _s_float)
+    conv.register_structure_hook(bool, _s_bool)
+    conv.register_structure_hook(TextBuffer, _s_text)
+    conv.register_structure_hook(t.SessionStatus, _s_status)
+    conv.register_structure_hook_func(_is_any, _s_any)
+    conv.register_unstructure_hook(TextBuffer, lambda b: b.value)
+    conv.register_unstructure_hook(t.SessionStatus, int)
+    conv.register_unstructure_hook_func(
+        lambda tp: isinstance(tp, type) and issubclass(tp, Enum) and not issubclass(tp, IntFlag),
+        lambda e: e.value,
+    )
+
+    conv.register_structure_hook_factory(_is_union, codec.union_structure)
+    conv.register_structure_hook_factory(_is_tuple, codec.tuple_structure)
+    conv.register_structure_hook_factory(_is_mapping, codec.mapping_structure)
+    conv.register_structure_hook_factory(_is_literal, codec.literal_structure)
+    conv.register_structure_hook_factory(attrs.has, codec.class_structure)
+    conv.register_unstructure_hook_factory(
+        lambda tp: isinstance(tp, type) and attrs.has(tp), codec.class_unstructure
+    )
+    # Unions unstructure by the runtime class of the value.
+    conv.register_unstructure_hook_func(
+        _is_union, lambda v: conv.unstructure(v, unstructure_as=type(v))
+    )
+    conv.register_unstructure_hook_func(
+        _is_tuple, lambda v: [conv.unstructure(x) for x in v]
+    )
+    conv.register_unstructure_hook_func(
+        _is_literal, lambda v: v.value if isinstance(v, Enum) else v
+    )
+    return conv
+
+
+converter: cattrs.Converter = _make_converter()
+"""The library's converter.  Use it as any cattrs converter, e.g.
+``converter.structure(data, SessionSummary)``; its errors are cattrs' own, so
+prefer :func:`structure`, which raises the library's documented errors."""
+
+
+# ---------------------------------------------------------------------------
+# Typed helpers
+# ---------------------------------------------------------------------------
+
+
+def _raise(
+    e: BaseException,
+    prefix: tuple[str | int, ...],
+    error: type[ProtocolError] = InvalidParams,
+    request_id: Any = None,
+) -> ProtocolError:
+    fail = _to_fail(e)
+    path = _format_path((*prefix, *fail.path))
+    return error(fail.message, path=path, request_id=request_id)
+
+
+def _format_path(segments: tuple[str | int, ...]) -> str:
+    out = "$"
+    for s in segments:
+        if isinstance(s, int):
+            out += f"[{s}]"
+        elif s.isidentifier():
+            out += f".{s}"
+        else:
+            out += f"[{json.dumps(s)}]"
+    return out
+
+
+def structure(data: Any, tp: Any, *, path: tuple[str | int, ...] = ()) -> Any:
+    """Decode JSON-compatible ``data`` as ``tp`` (a model class, union alias or field type).
+
+    Raises :class:`~agenthost_protocol.errors.InvalidParams` with the path of the
+    offending value.  ``path`` prefixes the reported path.
+    """
+    try:
+        return converter.structure(data, tp)
+    except Exception as e:
+        raise _raise(e, path) from None
+
+
+def unstructure(obj: Any) -> Any:
+    """Encode a model value as JSON-compatible data (dicts, lists, str, int, float, bool)."""
+    return converter.unstructure(obj)
+
+
+dump = unstructure
+"""Alias of :func:`unstructure`."""
+
+
+def dumps(obj: Any) -> str:
+    """Encode a model value (or a JSON-RPC message) as a compact JSON string."""
+    return json.dumps(unstructure(obj), separators=(",", ":"), ensure_ascii=False)
+
+
+def parse_json(data: bytes | bytearray | memoryview | str) -> Any:
+    """Parse JSON text; raises :class:`~agenthost_protocol.errors.ParseError` (-32700)."""
+    try:
+        if isinstance(data, (bytes, bytearray, memoryview)):
+            data = bytes(data).decode("utf-8")
+        return json.loads(data)
+    except UnicodeDecodeError as e:
+        raise ParseError(f"not UTF-8: {e.reason}") from None
+    except json.JSONDecodeError as e:
+        raise ParseError(f"not JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+    except RecursionError:
+        raise ParseError("JSON nested too deeply") from None
+    except (ValueError, TypeError) as e:
+        raise ParseError(f"not JSON: {e}") from None
+
+
+def parse_action(data: Any) -> t.StateAction:
+    """Decode one action (``StateAction``); unknown ``type`` values give ``UnknownAction``."""
+    return cast("t.StateAction", structure(data, t.StateAction))
+
+
+def parse_envelope(data: Any) -> t.ActionEnvelope:
+    """Decode an ``ActionEnvelope`` (the params of an ``action`` notification)."""
+    return cast(t.ActionEnvelope, structure(data, t.ActionEnvelope))
+
+
+def parse_message(
+    data: bytes | bytearray | memoryview | str | Mapping[str, Any],
+    *,
+    result_method: Callable[[Any], str | None] | Mapping[Any, str] | None = None,
+) -> t.JsonRpcMessage:
+    """Decode a whole JSON-RPC message, typing its params (and result) by method.
+
+    ``data`` is JSON text (``bytes`` or ``str``) or an already parsed object.
+    Requests and notifications get their params decoded as the method's params
+    class (``action`` notifications as ``ActionEnvelope``).  Responses carry no
+    method; pass ``result_method`` (a mapping or function from request id to
+    the method name of the request you sent) to have results typed too,
+    otherwise results stay raw JSON.
+
+    Raises :class:`~agenthost_protocol.errors.ParseError`,
+    :class:`~agenthost_protocol.errors.InvalidRequest`,
+    :class:`~agenthost_protocol.errors.MethodNotFound` or
+    :class:`~agenthost_protocol.errors.InvalidParams`; each has ``code``,
+    ``path`` and ``request_id`` (the id when one could be read, so a host can
+    answer the request).
+    """
+    obj = parse_json(data) if isinstance(data, (bytes, bytearray, memoryview, str)) else data
+    if not isinstance(obj, Mapping):
+        raise InvalidRequest(f"expected a JSON-RPC object, got {_kind(obj)}", path="$")
+    if obj.get("jsonrpc") != "2.0":
+        raise InvalidRequest('"jsonrpc" must be "2.0"', path="$.jsonrpc")
+    has_id = "id" in obj
+    msg_id = obj.get("id")
+    if has_id and not (
+        msg_id is None or (isinstance(msg_id, (int, str)) and not isinstance(msg_id, bool))
+    ):
+        raise InvalidRequest("id must be a number or a string", path="$.id")
+    if "method" in obj:
+        method = obj["method"]
+        if not isinstance(method, str):
+            raise InvalidRequest("method must be a string", path="$.method")
+        info = METHODS.get(method)
+        is_request = has_id
+        if info is None or (info.kind is MessageKind.REQUEST) != is_request:
+            what = "request" if is_request else "notification"
+            raise MethodNotFound(f"unknown {what} method {method!r}", path="$.method",
+                                 request_id=msg_id)
+        if "params" not in obj:
+            raise InvalidParams("params missing", path="$.params", request_id=msg_id)
+        try:
+            params = converter.structure(obj["params"], info.params)
+        except Exception as e:
+            raise _raise(e, ("params",), request_id=msg_id) from None
+        if is_request:
+            if msg_id is None:
+                raise InvalidRequest("a request id must not be null", path="$.id")
+            return t.JsonRpcRequest(id=msg_id, method=method, params=params)
+        return t.JsonRpcNotification(method=method, params=params)
+    if not has_id:
+        raise InvalidRequest("neither a request, a notification nor a response", path="$")
+    if "result" in obj and "error" not in obj:
+        if msg_id is None:
+            raise InvalidRequest("a success response id must not be null", path="$.id")
+        result = obj["result"]
+        method_name: str | None = None
+        if result_method is not None:
+            method_name = (
+                result_method.get(msg_id) if isinstance(result_method, Mapping)
+                else result_method(msg_id)
+            )
+        info = METHODS.get(method_name) if method_name is not None else None
+        if info is not None and info.kind is MessageKind.REQUEST:
+            if info.result is None:
+                if result is not None:
+                    raise InvalidParams("expected a null result", path="$.result")
+            else:
+                try:
+                    result = converter.structure(result, info.result)
+                except Exception as e:
+                    raise _raise(e, ("result",), request_id=msg_id) from None
+        return t.JsonRpcSuccessResponse(id=msg_id, result=result)
+    if "error" in obj and "result" not in obj:
+        try:
+            error = converter.structure(obj["error"], t.JsonRpcError)
+        except Exception as e:
+            raise _raise(e, ("error",), InvalidRequest, request_id=msg_id) from None
+        return t.JsonRpcErrorResponse(id=msg_id, error=error)
+    raise InvalidRequest("a response has exactly one of result and error", path="$")
+
+
+def _structure_raw_message(value: Any, _: Any) -> t.JsonRpcMessage:
+    """``JsonRpcMessage`` with raw params and results (the round-trip corpus' type)."""
+    if type(value) is not dict:
+        raise _expected("an object", value)
+    if value.get("jsonrpc") != "2.0":
+        raise _Fail('must be "2.0"', ("jsonrpc",))
+    if "method" in value:
+        method = _field(_s_str, value, "method")
+        params = value.get("params")
+        if "id" in value:
+            return t.JsonRpcRequest(id=_field(_s_id, value, "id"), method=method, params=params)
+        return t.JsonRpcNotification(method=method, params=params)
+    if "result" in value:
+        return t.JsonRpcSuccessResponse(id=_field(_s_id, value, "id"), result=value["result"])
+    if "error" in value:
+        error = converter.structure(value["error"], t.JsonRpcError)
+        msg_id = value.get("id")
+        return t.JsonRpcErrorResponse(id=None if msg_id is None else _field(_s_id, value, "id"),
+                                      error=error)
+    raise _Fail("neither a request, a notification nor a response")
+
+
+def _is_raw_message(tp: Any) -> bool:
+    return bool(tp == t.JsonRpcMessage)
+
+
+def _s_id(value: Any, _: Any) -> int | str:
+    if isinstance(value, (int, str)) and not isinstance(value, bool):
+        return value
+    raise _expected("a number or string", value)
+
+
+def _unstructure_message(msg: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {"jsonrpc": "2.0"}
+    if isinstance(msg, t.JsonRpcRequest):
+        out["id"] = msg.id
+        out["method"] = msg.method
+        if msg.params is not None:
+            out["params"] = converter.unstructure(msg.params)
+    elif isinstance(msg, t.JsonRpcNotification):
+        out["method"] = msg.method
+        if msg.params is not None:
+            out["params"] = converter.unstructure(msg.params)
+    elif isinstance(msg, t.JsonRpcSuccessResponse):
+        out["id"] = msg.id
+        out["result"] = converter.unstructure(msg.result)
+    else:
+        out["id"] = msg.id
+        out["error"] = converter.unstructure(msg.error, t.JsonRpcError)
+    return out
+
+
+_MESSAGE_CLASSES = (
+    t.JsonRpcRequest, t.JsonRpcNotification, t.JsonRpcSuccessResponse, t.JsonRpcErrorResponse,
+)
+converter.register_structure_hook_func(_is_raw_message, _structure_raw_message)
+converter.register_unstructure_hook_func(_is_message, _unstructure_message)
+converter.register_unstructure_hook(
+    t.JsonRpcError,
+    lambda e: {"code": e.code, "message": e.message}
+    | ({} if e.data is None else {"data": converter.unstructure(e.data)}),
+)

@@ -624,7 +624,7 @@ class Gen:
             lines.append(f'    {member_name(v)} = "{v}"')
         return lines
 
-    def build(self) -> dict[str, list[str]]:
+    def build(self) -> dict[str, Any]:
         bodies: dict[str, list[str]] = {m: [] for m in MODULE_ORDER}
         refs: dict[str, set[str]] = {m: set() for m in MODULE_ORDER}
         names: dict[str, list[str]] = {m: [] for m in MODULE_ORDER}
@@ -739,7 +739,7 @@ class Gen:
         action_entries.append("    ActionType.CHAT_TOOL_CALL_CONFIRMED: ChatToolCallConfirmedAction,")
         reg += ["", "", "ACTION_CLASSES: Final[dict[str, Any]] = {", *action_entries, "}",
                 '"""Action ``type`` -> class (or, for ``chat/toolCallConfirmed``, the union)."""']
-        return {"bodies": bodies, "refs": refs, "names": names, "registry": reg}  # type: ignore[dict-item]
+        return {"bodies": bodies, "refs": refs, "names": names, "registry": reg}
 
     def tags_of(self, cls: str, tag: str) -> list[str]:
         if tag == "approved":

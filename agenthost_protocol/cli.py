@@ -1,0 +1,132 @@
+"""The ``agenthost-protocol`` command.
+
+* ``agenthost-protocol conformance [PATH]``: run an AHP test corpus (the
+  bundled official one by default); one line per failing case, then
+  ``N passed, M failed``; exit status 0 only when nothing failed.
+* ``agenthost-protocol reduce``: a batch reducer for differential testing
+  against other implementations; JSON Lines in, JSON Lines out (see
+  :func:`reduce_line`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from typing import IO, Any
+
+from . import types as t
+from . import wire
+from ._version import __version__
+from .channels import ChannelKind
+from .conformance import FIXTURE_NOW_MS, STATE_TYPES, run_corpus, summary_line
+from .errors import ProtocolError
+
+__all__ = ["main", "reduce_line"]
+
+
+def _conformance(args: argparse.Namespace, out: IO[str]) -> int:
+    results = run_corpus(args.path)
+    for r in results:
+        if not r.passed:
+            print(f"FAIL {r.kind} {r.name}: {r.message}", file=out)
+        elif args.verbose:
+            print(f"ok   {r.kind} {r.name}", file=out)
+    print(summary_line(results), file=out)
+    return 0 if all(r.passed for r in results) else 1
+
+
+def reduce_line(line: str | bytes) -> dict[str, Any]:
+    """Answer one input line of ``agenthost-protocol reduce``.
+
+    Input: ``{"reducer": "chat"|"session"|"root"|"terminal"|"changeset"|
+    "annotations"|"resourceWatch", "initial": <state>, "actions": [<action>...],
+    "now": <epoch ms, default 9999>, "trace": <bool, default false>}``.
+    Output: ``{"state": <final state>}`` plus ``"trace": [<state after each
+    action>]`` when asked, or ``{"error": "<message>"}`` when the input does
+    not decode.  States are encoded by the codec (absent fields omitted).
+    """
+    from .reducers import REDUCERS
+
+    try:
+        obj = wire.parse_json(line)
+        if not isinstance(obj, dict):
+            return {"error": "expected a JSON object"}
+        name = obj.get("reducer")
+        if not isinstance(name, str) or name not in STATE_TYPES:
+            return {"error": f"unknown reducer {name!r}; expected one of {sorted(STATE_TYPES)}"}
+        now_ms = obj.get("now", FIXTURE_NOW_MS)
+        if not isinstance(now_ms, int) or isinstance(now_ms, bool):
+            return {"error": "now must be an integer (epoch milliseconds)"}
+        trace = obj.get("trace", False)
+        if not isinstance(trace, bool):
+            return {"error": "trace must be a boolean"}
+        if "initial" not in obj:
+            return {"error": "initial missing"}
+        actions_raw = obj.get("actions")
+        if not isinstance(actions_raw, list):
+            return {"error": "actions must be an array"}
+        state = wire.structure(obj["initial"], STATE_TYPES[name], path=("initial",))
+        actions = [
+            wire.structure(a, t.StateAction, path=("actions", i))
+            for i, a in enumerate(actions_raw)
+        ]
+    except ProtocolError as e:
+        return {"error": str(e)}
+    reducer: Callable[..., Any] = REDUCERS[ChannelKind(name)]
+
+    def clock() -> int:
+        return now_ms
+
+    states = []
+    for action in actions:
+        state = reducer(state, action, now=clock)
+        if trace:
+            states.append(wire.unstructure(state))
+    result: dict[str, Any] = {"state": wire.unstructure(state)}
+    if trace:
+        result["trace"] = states
+    return result
+
+
+def _reduce(_: argparse.Namespace, inp: IO[str], out: IO[str]) -> int:
+    for line in inp:
+        if not line.strip():
+            continue
+        out.write(json.dumps(reduce_line(line), separators=(",", ":"), ensure_ascii=False))
+        out.write("\n")
+        out.flush()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``agenthost-protocol`` command."""
+    parser = argparse.ArgumentParser(
+        prog="agenthost-protocol",
+        description="Agent Host Protocol tools: conformance runner and batch reducer.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    conf = sub.add_parser(
+        "conformance",
+        help="run an AHP test corpus (PATH/reducers, PATH/round-trips)",
+        description="Run an AHP test corpus: PATH/reducers/*.json and PATH/round-trips/*.json "
+        "(either may be absent). Without PATH, the bundled official 0.5.0 corpus.",
+    )
+    conf.add_argument("path", nargs="?", default=None, help="corpus folder")
+    conf.add_argument("-v", "--verbose", action="store_true", help="also list passing cases")
+    sub.add_parser(
+        "reduce",
+        help="batch reducer: JSON Lines on stdin, one result line per input on stdout",
+        description=reduce_line.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    args = parser.parse_args(argv)
+    if args.command == "conformance":
+        return _conformance(args, sys.stdout)
+    return _reduce(args, sys.stdin, sys.stdout)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,212 @@
+"""The conformance runner: checks this library against an AHP test corpus.
+
+A corpus has the upstream layout: ``PATH/reducers/*.json`` (reducer cases:
+``{description, reducer, initial, actions, expected}``) and
+``PATH/round-trips/*.json`` (``{name, group, type, input, acceptableOutputs}``);
+either folder may be absent.  Cases of your own in the same format run too.
+
+* A round-trip case decodes ``input`` as ``type`` and re-encodes it; the result
+  must equal ``acceptableOutputs[0]`` exactly, key presence included (``null``
+  is not absent).  Group B cases (unknown keys on a known struct) are held to
+  the same canonical form: typed decoding drops the unknown keys.
+* A reducer case decodes ``initial`` as the reducer's state and each action,
+  applies them with the clock fixed at 9999 ms, and compares the re-encoded
+  result with ``expected``, ``null``-valued keys dropped on both sides (a
+  fixture ``null`` means absent).
+
+The bundled copy of the official corpus (AHP 0.5.0) is used when no path is
+given: :func:`bundled_corpus`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Mapping
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from attrs import frozen
+
+from . import types as t
+from . import wire
+from .channels import ChannelKind
+from .errors import ProtocolError
+
+__all__ = [
+    "FIXTURE_NOW_MS",
+    "STATE_TYPES",
+    "CaseResult",
+    "bundled_corpus",
+    "json_equal",
+    "resolve_type",
+    "run_corpus",
+    "run_reducer_case",
+    "run_round_trip_case",
+    "strip_nulls",
+]
+
+FIXTURE_NOW_MS = 9999
+"""The clock of the reducer corpus, in epoch milliseconds."""
+
+STATE_TYPES: Mapping[str, type] = {
+    ChannelKind.ROOT.value: t.RootState,
+    ChannelKind.SESSION.value: t.SessionState,
+    ChannelKind.CHAT.value: t.ChatState,
+    ChannelKind.TERMINAL.value: t.TerminalState,
+    ChannelKind.CHANGESET.value: t.ChangesetState,
+    ChannelKind.ANNOTATIONS.value: t.AnnotationsState,
+    ChannelKind.RESOURCE_WATCH.value: t.ResourceWatchState,
+}
+"""Reducer name (as used by the corpus and ``agenthost-protocol reduce``) -> state type."""
+
+# Names the SDKs use for types the TypeScript sources leave unnamed.
+_SDK_TYPE_NAMES: Mapping[str, Any] = {
+    "JsonRpcMessage": t.JsonRpcMessage,
+    "PartialSessionSummary": t.PartialSessionSummary,
+    "StateAction": t.StateAction,
+}
+
+
+@frozen
+class CaseResult:
+    """The outcome of one case."""
+
+    name: str
+    """The file name (or ``name`` field) of the case."""
+    kind: str
+    """``"reducer"`` or ``"round-trip"``."""
+    passed: bool
+    message: str = ""
+    """Why it failed."""
+
+
+def bundled_corpus() -> Path:
+    """The folder of the official corpus bundled with the library."""
+    return Path(str(resources.files("agenthost_protocol") / "_corpus"))
+
+
+def resolve_type(name: str) -> Any:
+    """The model type called ``name``: a spec type, union or alias, or an SDK name."""
+    if name in _SDK_TYPE_NAMES:
+        return _SDK_TYPE_NAMES[name]
+    if name in t.__all__:
+        return getattr(t, name)
+    raise KeyError(name)
+
+
+def strip_nulls(value: Any) -> Any:
+    """Drop ``null``-valued keys, recursively (fixture ``null`` means absent)."""
+    if isinstance(value, dict):
+        return {k: strip_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [strip_nulls(v) for v in value]
+    return value
+
+
+def json_equal(a: Any, b: Any) -> bool:
+    """JSON equality: key-presence sensitive, ``true`` is not ``1``, ``1`` equals ``1.0``."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return a == b
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(json_equal(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(json_equal(x, y) for x, y in zip(a, b))
+    return type(a) is type(b) and a == b
+
+
+def _first_difference(a: Any, b: Any, path: str = "$") -> str:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in sorted(a.keys() | b.keys()):
+            if k not in a:
+                return f"{path}.{k}: missing, expected {json.dumps(b[k])[:120]}"
+            if k not in b:
+                return f"{path}.{k}: unexpected {json.dumps(a[k])[:120]}"
+            if not json_equal(a[k], b[k]):
+                return _first_difference(a[k], b[k], f"{path}.{k}")
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return f"{path}: {len(a)} items, expected {len(b)}"
+        for i, (x, y) in enumerate(zip(a, b)):
+            if not json_equal(x, y):
+                return _first_difference(x, y, f"{path}[{i}]")
+    return f"{path}: got {json.dumps(a)[:120]}, expected {json.dumps(b)[:120]}"
+
+
+def run_round_trip_case(name: str, case: Mapping[str, Any]) -> CaseResult:
+    """Decode ``input`` as ``type``, re-encode, compare with ``acceptableOutputs[0]``."""
+    try:
+        outputs = case["acceptableOutputs"]
+        tp = resolve_type(case["type"])
+        encoded = wire.unstructure(wire.structure(case["input"], tp))
+    except KeyError as e:
+        return CaseResult(name, "round-trip", False, f"malformed case or unknown type: {e}")
+    except ProtocolError as e:
+        return CaseResult(name, "round-trip", False, f"decoding failed: {e}")
+    if not isinstance(outputs, list) or len(outputs) != 1:
+        return CaseResult(name, "round-trip", False, "acceptableOutputs must hold exactly one entry")
+    if json_equal(encoded, outputs[0]):
+        return CaseResult(name, "round-trip", True)
+    return CaseResult(name, "round-trip", False, _first_difference(encoded, outputs[0]))
+
+
+def run_reducer_case(name: str, case: Mapping[str, Any]) -> CaseResult:
+    """Apply ``actions`` to ``initial`` with the named reducer; compare with ``expected``."""
+    try:
+        from . import reducers
+    except ImportError as e:  # pragma: no cover - only before the reducers existed
+        return CaseResult(name, "reducer", False, f"reducers unavailable: {e}")
+    try:
+        kind = ChannelKind(case["reducer"])
+        state_type = STATE_TYPES[kind.value]
+        reducer = reducers.REDUCERS[kind]
+        state = wire.structure(case["initial"], state_type, path=("initial",))
+        actions = [
+            wire.structure(a, t.StateAction, path=("actions", i))
+            for i, a in enumerate(case["actions"])
+        ]
+        expected = case["expected"]
+    except (KeyError, ValueError) as e:
+        return CaseResult(name, "reducer", False, f"malformed case: {e!r}")
+    except ProtocolError as e:
+        return CaseResult(name, "reducer", False, f"decoding failed: {e}")
+    for action in actions:
+        state = reducer(state, action, now=lambda: FIXTURE_NOW_MS)
+    got = strip_nulls(wire.unstructure(state))
+    want = strip_nulls(expected)
+    if json_equal(got, want):
+        return CaseResult(name, "reducer", True)
+    return CaseResult(name, "reducer", False, _first_difference(got, want))
+
+
+def _cases(folder: Path) -> Iterator[tuple[str, Any]]:
+    for file in sorted(folder.glob("*.json")):
+        try:
+            yield file.name, json.loads(file.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            yield file.name, e
+
+
+def run_corpus(path: Path | str | None = None) -> list[CaseResult]:
+    """Run every case under ``path`` (default: the bundled corpus)."""
+    root = Path(path) if path is not None else bundled_corpus()
+    results: list[CaseResult] = []
+    for sub, kind, runner in (
+        ("reducers", "reducer", run_reducer_case),
+        ("round-trips", "round-trip", run_round_trip_case),
+    ):
+        for name, case in _cases(root / sub):
+            if isinstance(case, Exception) or not isinstance(case, dict):
+                results.append(CaseResult(name, kind, False, f"unreadable case: {case!r}"))
+            else:
+                results.append(runner(name, case))
+    return results
+
+
+def summary_line(results: Iterable[CaseResult]) -> str:
+    """``N passed, M failed``."""
+    results = list(results)
+    passed = sum(r.passed for r in results)
+    return f"{passed} passed, {len(results) - passed} failed"

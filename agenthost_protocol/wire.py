@@ -503,6 +503,10 @@ def _wire_of(cls: Any, name: str) -> str:
     return _camel(name)
 
 
+def _enum_value(member: Enum) -> Any:
+    return member.value
+
+
 def _is_any(tp: Any) -> bool:
     return tp is Any
 
@@ -535,11 +539,15 @@ def _make_converter() -> cattrs.Converter:
     conv.register_structure_hook(t.SessionStatus, _s_status)
     conv.register_structure_hook_func(_is_any, _s_any)
     conv.register_unstructure_hook(TextBuffer, lambda b: b.value)
-    conv.register_unstructure_hook(t.SessionStatus, int)
-    conv.register_unstructure_hook_func(
-        lambda tp: isinstance(tp, type) and issubclass(tp, Enum) and not issubclass(tp, IntFlag),
-        lambda e: e.value,
-    )
+    # Per class: cattrs' singledispatch would otherwise pick its ``str``
+    # identity hook for these ``str`` enums and leak enum members into JSON.
+    for name in t.enums.__all__:
+        enum_cls = getattr(t.enums, name)
+        if isinstance(enum_cls, type) and issubclass(enum_cls, Enum):
+            if issubclass(enum_cls, IntFlag):
+                conv.register_unstructure_hook(enum_cls, int)
+            else:
+                conv.register_unstructure_hook(enum_cls, _enum_value)
 
     conv.register_structure_hook_factory(_is_union, codec.union_structure)
     conv.register_structure_hook_factory(_is_tuple, codec.tuple_structure)

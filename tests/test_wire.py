@@ -403,3 +403,28 @@ def test_mutated_fixture_states_raise_only_protocol_errors(data: st.DataObject) 
         assert e.code == -32602
     else:
         assert wire.structure(wire.unstructure(state), tp) == state
+
+
+def _assert_plain_json(value: Any, path: str = "$") -> None:
+    if isinstance(value, dict):
+        assert type(value) is dict, path
+        for k, v in value.items():
+            assert type(k) is str, path
+            _assert_plain_json(v, f"{path}.{k}")
+    elif isinstance(value, list):
+        assert type(value) is list, path
+        for i, v in enumerate(value):
+            _assert_plain_json(v, f"{path}[{i}]")
+    else:
+        assert type(value) in (str, int, float, bool, type(None)), (path, type(value))
+
+
+@pytest.mark.parametrize("path", REDUCER_CASES[::10], ids=lambda p: p.stem)
+def test_encoding_yields_plain_json_types(path: Path) -> None:
+    from agenthost_protocol.conformance import STATE_TYPES
+
+    case = json.loads(path.read_text())
+    state = wire.structure(case["expected"], STATE_TYPES[case["reducer"]])
+    _assert_plain_json(wire.unstructure(state))
+    for action in case["actions"]:
+        _assert_plain_json(wire.unstructure(wire.parse_action(action)))

@@ -870,13 +870,11 @@ def write(spec: Path) -> None:
         "",
         "# Bind the names each channel module imports only for type checkers, so that",
         "# annotations resolve at run time (cattrs, typing.get_type_hints).",
-        "import sys as _sys",
-        "",
         "for _mod in (" + ", ".join(MODULE_ORDER) + "):",
         "    _ns = vars(_mod)",
         "    for _name in __all__:",
         "        _ns.setdefault(_name, globals()[_name])",
-        "del _sys",
+        "del _mod, _ns, _name",
     ]
     init[6:6] = ["__all__ = ["] + [f'    "{n}",' for n in sorted(every)] + ["]", ""]
     init += [""]

@@ -802,10 +802,8 @@ from . import _tags
 
 # Bind the names each channel module imports only for type checkers, so that
 # annotations resolve at run time (cattrs, typing.get_type_hints).
-import sys as _sys
-
 for _mod in (enums, common, root, customizations, tool_calls, input_requests, chat, session, terminal, changeset, annotations, otlp, resource_watch, snapshot, actions, commands, notifications, error_codes):
     _ns = vars(_mod)
     for _name in __all__:
         _ns.setdefault(_name, globals()[_name])
-del _sys
+del _mod, _ns, _name

@@ -1,0 +1,72 @@
+"""The official reducer fixtures (bundled copy in ``agenthost_protocol/_corpus/reducers``).
+
+Each file is ``{description, reducer, initial, actions, expected}``.  The
+actions are applied in order by the named reducer with the clock fixed at
+9999 ms (the TypeScript runner's ``Date.now``), and the result is compared
+with ``expected``.  ``null`` in a fixture stands for an absent value, so null
+keys are dropped on both sides before comparing (as the Go and Rust runners
+do).  Every ``initial`` and ``expected`` must also survive a decode/encode
+round trip, which checks that the typed model loses nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import agenthost_protocol
+from agenthost_protocol import wire
+from agenthost_protocol.channels import ChannelKind
+from agenthost_protocol.reducers import REDUCERS, STATE_TYPES
+from agenthost_protocol.types import UnknownAction
+
+CORPUS = Path(agenthost_protocol.__file__).parent / "_corpus" / "reducers"
+FIXTURES = sorted(CORPUS.glob("*.json"))
+
+
+def _drop_nulls(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _drop_nulls(item) for key, item in value.items() if item is not None}
+    if isinstance(value, list):
+        return [_drop_nulls(item) for item in value]
+    return value
+
+
+def _load(path: Path) -> dict[str, Any]:
+    fixture: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return fixture
+
+
+def test_corpus_is_complete() -> None:
+    assert len(FIXTURES) == 191
+    kinds = {_load(path)["reducer"] for path in FIXTURES}
+    assert kinds == {kind.value for kind in REDUCERS}
+
+
+@pytest.mark.parametrize("path", FIXTURES, ids=[path.stem for path in FIXTURES])
+def test_reducer_fixture(path: Path) -> None:
+    fixture = _load(path)
+    kind = ChannelKind(fixture["reducer"])
+    reducer, state_type = REDUCERS[kind], STATE_TYPES[kind]
+    unknown: list[UnknownAction] = []
+
+    state = wire.structure(fixture["initial"], state_type)
+    actions = [wire.parse_action(raw) for raw in fixture["actions"]]
+    for action in actions:
+        state = reducer(state, action, now=lambda: 9999, on_unknown=unknown.append)
+
+    assert isinstance(state, state_type)
+    assert _drop_nulls(wire.dump(state)) == _drop_nulls(fixture["expected"])
+    assert unknown == [action for action in actions if isinstance(action, UnknownAction)]
+
+
+@pytest.mark.parametrize("path", FIXTURES, ids=[path.stem for path in FIXTURES])
+def test_fixture_states_round_trip(path: Path) -> None:
+    fixture = _load(path)
+    state_type = STATE_TYPES[ChannelKind(fixture["reducer"])]
+    for key in ("initial", "expected"):
+        decoded = wire.structure(fixture[key], state_type)
+        assert _drop_nulls(wire.dump(decoded)) == _drop_nulls(fixture[key]), key

@@ -47,6 +47,20 @@ __all__ = [
 _FLAG_MASK: Final = ~ACTIVITY_MASK
 _BLOCKING: Final = (ToolCallPendingConfirmationState, ToolCallPendingResultConfirmationState)
 
+# ``SessionStatus(value)`` goes through the enum machinery (about 1 µs); the
+# values a chat goes through are few, so they are looked up here first.
+_STATUSES: dict[int, SessionStatus] = {int(member): member for member in SessionStatus}
+_MAX_CACHED: Final = 4096
+
+
+def _status_of(value: int) -> SessionStatus:
+    status = _STATUSES.get(value)
+    if status is None:
+        status = SessionStatus(value)
+        if len(_STATUSES) < _MAX_CACHED:
+            _STATUSES[value] = status
+    return status
+
 
 def has_blocking_tool_call(active_turn: ActiveTurn | None) -> bool:
     """Whether a tool call of ``active_turn`` waits for the user's confirmation."""
@@ -82,7 +96,7 @@ def with_activity(status: int, activity: int) -> SessionStatus:
     value = (int(status) & _FLAG_MASK) | (int(activity) & ACTIVITY_MASK)
     if isinstance(status, SessionStatus) and value == status:
         return status
-    return SessionStatus(value)
+    return _status_of(value)
 
 
 def without_flag(status: int, flag: int) -> SessionStatus:
@@ -90,7 +104,7 @@ def without_flag(status: int, flag: int) -> SessionStatus:
     value = int(status) & ~int(flag)
     if isinstance(status, SessionStatus) and value == status:
         return status
-    return SessionStatus(value)
+    return _status_of(value)
 
 
 def chat_status(

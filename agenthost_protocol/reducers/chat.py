@@ -20,15 +20,19 @@ Rules worth knowing (inventory §2, §2.3):
   and end, input requests and truncation; never by streaming or tool calls.
 
 Every action that changes nothing returns ``state`` itself, so embedders can
-compare with ``is``.  Streaming is the hot path: ``chat/delta`` and
-``chat/reasoning`` append to a ``TextBuffer`` (amortised O(len(delta))) and
-rebuild the three objects on the path to the part with :func:`_evolver`
-copies, which are several times cheaper than :func:`attrs.evolve`.
+compare with ``is``.
+
+Streaming is the hot path (``docs/performance.md``): ``chat/delta`` is
+tested before any routing; the text is appended to the part's ``TextBuffer``
+(amortised O(len(delta)), older states keep their text); the part is found
+through a memo of the previous append instead of a scan; and the part, the
+active turn and the state are rebuilt by generated copy functions
+(:func:`_replacer`) several times cheaper than :func:`attrs.evolve`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Final, TypeVar, get_args
 
 import attrs
@@ -116,7 +120,13 @@ _BUILDING: dict[type, type] = {}
 
 def _copier(cls: type[_T], name: str, params: str, values: dict[str, str]) -> Callable[..., _T]:
     """Generate ``def name(__old, <params>)`` storing ``values[field]`` (else the old value)."""
-    assert "__slots__" in cls.__dict__, f"{cls.__name__} must be slotted"
+    fields = attrs.fields(cls)
+    if (
+        "__slots__" not in cls.__dict__
+        or hasattr(cls, "__attrs_post_init__")
+        or any(field.validator is not None for field in fields)
+    ):
+        raise TypeError(f"{cls.__name__}: fast copies need a slotted class without validators")
     building = _BUILDING.get(cls)
     if building is None:
         building = _BUILDING[cls] = type(
@@ -129,7 +139,7 @@ def _copier(cls: type[_T], name: str, params: str, values: dict[str, str]) -> Ca
             },
         )
     lines = [f"def {name}(__old, {params}):", "    __new = _new(_building)"]
-    for field in attrs.fields(cls):
+    for field in fields:
         value = values.get(field.name, f"__old.{field.name}")
         lines.append(f"    __new.{field.name} = {value}")
     lines += ["    __new.__class__ = _cls", "    return __new"]
@@ -177,6 +187,11 @@ _state_with_turn: Final = _replacer(ChatState, "active_turn")
 _turn_with_parts: Final = _replacer(ActiveTurn, "response_parts")
 _markdown_with_content: Final = _replacer(MarkdownResponsePart, "_content")
 _reasoning_with_content: Final = _replacer(ReasoningResponsePart, "_content")
+# Streamed tool-call input (``chat/toolCallDelta``).
+_streaming_with_input: Final = _replacer(
+    ToolCallStreamingState, "meta", "_partial_input", "invocation_message"
+)
+_tool_part_with_call: Final = _replacer(ToolCallResponsePart, "tool_call")
 
 # ─── Routing ─────────────────────────────────────────────────────────────────
 
@@ -229,26 +244,29 @@ def chat_reducer(
             )
             return _append_part(state, action.turn_id, ToolCallResponsePart(tool_call=streaming))
         case ChatToolCallReadyAction():
-            return _with_status(
-                _update_tool_call(state, action.turn_id, action.tool_call_id, action, _ready)
+            return _update_tool_call(
+                state, action.turn_id, action.tool_call_id, action, _ready, recompute=True
             )
         case ChatToolCallApprovedAction():
-            return _with_status(
-                _update_tool_call(state, action.turn_id, action.tool_call_id, action, _approved)
+            return _update_tool_call(
+                state, action.turn_id, action.tool_call_id, action, _approved, recompute=True
             )
         case ChatToolCallDeniedAction():
-            return _with_status(
-                _update_tool_call(state, action.turn_id, action.tool_call_id, action, _denied)
+            return _update_tool_call(
+                state, action.turn_id, action.tool_call_id, action, _denied, recompute=True
             )
         case ChatToolCallCompleteAction():
-            return _with_status(
-                _update_tool_call(state, action.turn_id, action.tool_call_id, action, _complete)
+            return _update_tool_call(
+                state, action.turn_id, action.tool_call_id, action, _complete, recompute=True
             )
         case ChatToolCallResultConfirmedAction():
-            return _with_status(
-                _update_tool_call(
-                    state, action.turn_id, action.tool_call_id, action, _result_confirmed
-                )
+            return _update_tool_call(
+                state,
+                action.turn_id,
+                action.tool_call_id,
+                action,
+                _result_confirmed,
+                recompute=True,
             )
         case ChatToolCallContentChangedAction():
             return _update_tool_call(
@@ -258,7 +276,7 @@ def chat_reducer(
             turn = state.active_turn
             if turn is None or turn.id != turn_id:
                 return state
-            return _evolve_state(state, active_turn=_evolve_turn(turn, usage=usage))
+            return _state_with_turn(state, _evolve_turn(turn, usage=usage))
         case ChatTurnStartedAction():
             return _turn_started(state, action, now)
         case ChatTurnCompleteAction(turn_id=turn_id):
@@ -289,15 +307,28 @@ def chat_reducer(
             assert_never(action)
 
 
+# The last timestamp rendered, ``(epoch ms, ISO string)``: actions come in
+# bursts within one millisecond, and rendering costs microseconds.
+_last_timestamp: tuple[int, str] = (-1, "")
+
+
 def _timestamp(now: Clock | None) -> str:
-    return iso_timestamp(now_ms(now))
+    """``modifiedAt`` for now: ``toISOString`` form, e.g. ``1970-01-01T00:00:09.999Z``."""
+    global _last_timestamp  # noqa: PLW0603  (the memo above)
+    ms = now_ms(now)
+    last_ms, text = _last_timestamp
+    if ms != last_ms:
+        text = iso_timestamp(ms)
+        _last_timestamp = (ms, text)
+    return text
 
 
 # ─── Response parts ──────────────────────────────────────────────────────────
 
 
 def _raw_get(raw: object, key: str) -> object:
-    return raw.get(key) if isinstance(raw, dict) else None
+    """``raw[key]`` of an unknown variant's wire object (``None`` when absent)."""
+    return raw.get(key) if isinstance(raw, Mapping) else None
 
 
 # The last part a text append went to: ``(parts, part_id, index)``, where
@@ -341,9 +372,9 @@ def _append_text(
         return state
     new_part = with_content(part, part._content.appended(text))
     if index == len(parts) - 1:
-        new_parts = (*parts[:index], new_part)
+        new_parts = parts[:index] + (new_part,)  # noqa: RUF005  (faster than unpacking)
     else:
-        new_parts = (*parts[:index], new_part, *parts[index + 1 :])
+        new_parts = parts[:index] + (new_part,) + parts[index + 1 :]  # noqa: RUF005
     _last_append = (new_parts, part_id, index)
     return _state_with_turn(state, _turn_with_parts(turn, new_parts))
 
@@ -376,8 +407,7 @@ def _append_part(state: ChatState, turn_id: str, part: ResponsePart) -> ChatStat
     turn = state.active_turn
     if turn is None or turn.id != turn_id:
         return state
-    new_turn = _evolve_turn(turn, response_parts=(*turn.response_parts, part))
-    return _evolve_state(state, active_turn=new_turn)
+    return _state_with_turn(state, _turn_with_parts(turn, (*turn.response_parts, part)))
 
 
 # ─── Tool calls ──────────────────────────────────────────────────────────────
@@ -391,11 +421,16 @@ def _update_tool_call(
     tool_call_id: str,
     action: _A,
     update: Callable[[ToolCallState, _A], ToolCallState],
+    *,
+    recompute: bool = False,
 ) -> ChatState:
     """Apply ``update`` to every tool call of the active turn with that id.
 
     ``update`` returns its argument unchanged when the transition is not
-    allowed; when no tool call changes, ``state`` itself is returned.
+    allowed; when no tool call changes, ``state`` itself is returned (the
+    status is not recomputed then, unlike the TypeScript reducer, which may
+    "repair" an inconsistent status on a no-op).  With ``recompute`` the
+    activity bits of the new state's status are recomputed.
     """
     turn = state.active_turn
     if turn is None or turn.id != turn_id:
@@ -413,39 +448,27 @@ def _update_tool_call(
             continue
         if new_parts is None:
             new_parts = list(parts)
-        new_parts[index] = ToolCallResponsePart(tool_call=updated)
+        new_parts[index] = _tool_part_with_call(part, updated)
     if new_parts is None:
         return state
-    return _evolve_state(state, active_turn=_evolve_turn(turn, response_parts=tuple(new_parts)))
-
-
-def _with_status(state: ChatState) -> ChatState:
-    """``state`` with its activity bits recomputed (itself when they do not change)."""
-    status = chat_status(state.status, state.active_turn, state.input_requests)
-    if status is state.status:
-        return state
-    return _evolve_state(state, status=status)
+    new_turn = _turn_with_parts(turn, tuple(new_parts))
+    if not recompute:
+        return _state_with_turn(state, new_turn)
+    status = chat_status(state.status, new_turn, state.input_requests)
+    return _evolve_state(state, active_turn=new_turn, status=status)
 
 
 def _delta(tc: ToolCallState, action: ChatToolCallDeltaAction) -> ToolCallState:
     """``chat/toolCallDelta``: streaming only; append the input, maybe update message and meta."""
     if type(tc) is not ToolCallStreamingState:
         return tc
+    buffer = tc._partial_input
     invocation_message = action.invocation_message
-    return ToolCallStreamingState(
-        tool_call_id=tc.tool_call_id,
-        tool_name=tc.tool_name,
-        display_name=tc.display_name,
-        contributor=tc.contributor,
-        meta=tc.meta if action.meta is None else action.meta,
-        partial_input=(
-            TextBuffer.of(action.content)
-            if tc._partial_input is None
-            else tc._partial_input.appended(action.content)
-        ),
-        invocation_message=(
-            tc.invocation_message if invocation_message is None else invocation_message
-        ),
+    return _streaming_with_input(
+        tc,
+        tc.meta if action.meta is None else action.meta,
+        TextBuffer.of(action.content) if buffer is None else buffer.appended(action.content),
+        tc.invocation_message if invocation_message is None else invocation_message,
     )
 
 

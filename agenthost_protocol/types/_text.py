@@ -21,7 +21,7 @@ __all__ = ["TextBuffer", "as_text", "optional_text"]
 class _Chunks:
     """The shared, append-only storage of one line of text buffers."""
 
-    __slots__ = ("lock", "parts", "size")
+    __slots__ = ("head", "lock", "parts", "size")
 
     def __init__(self, text: str) -> None:
         # Reducers are pure, so two threads may extend or read the same state;
@@ -29,6 +29,15 @@ class _Chunks:
         self.lock = threading.Lock()
         self.parts = [text]
         self.size = len(text)
+        self.head = len(text)
+        """Length of ``parts[0]``, the part already joined."""
+
+    def compact(self) -> None:
+        """Join every part into one (callers hold ``lock``)."""
+        if len(self.parts) > 1:
+            # Handles index by length, so joining keeps every one of them valid.
+            self.parts[:] = ["".join(self.parts)]
+            self.head = self.size
 
 
 class TextBuffer:
@@ -55,9 +64,7 @@ class TextBuffer:
         if value is None:
             chunks = self._chunks
             with chunks.lock:
-                if len(chunks.parts) > 1:
-                    # Compacting keeps every handle valid: they index by length.
-                    chunks.parts[:] = ["".join(chunks.parts)]
+                chunks.compact()
                 whole = chunks.parts[0]
             value = whole if len(whole) == self._size else whole[: self._size]
             self._value = value
@@ -68,9 +75,18 @@ class TextBuffer:
         chunks = self._chunks
         with chunks.lock:
             if chunks.size == self._size:
-                chunks.parts.append(text)
-                chunks.size += len(text)
-                return TextBuffer(chunks, chunks.size, None)
+                parts = chunks.parts
+                parts.append(text)
+                size = chunks.size = chunks.size + len(text)
+                # Join once the unjoined tail outgrows the head: bounded memory
+                # (no object per tiny delta) at amortised linear cost.
+                if len(parts) > 64 and size - chunks.head >= chunks.head:
+                    chunks.compact()
+                new = _new_buffer(TextBuffer)
+                new._chunks = chunks
+                new._size = size
+                new._value = None
+                return new
         # An older state is being extended: branch off a private copy.
         chunks = _Chunks(self.value + text)
         return TextBuffer(chunks, chunks.size, None)
@@ -91,6 +107,9 @@ class TextBuffer:
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (TextBuffer.of, (self.value,))
+
+
+_new_buffer = object.__new__
 
 
 def as_text(value: str | TextBuffer) -> TextBuffer:

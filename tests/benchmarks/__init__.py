@@ -1,0 +1,1 @@
+"""Runnable benchmark scripts (not collected by pytest); see ``docs/performance.md``."""

@@ -1,0 +1,103 @@
+"""The ``agenthost-protocol`` command: ``conformance`` and ``reduce``."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agenthost_protocol import cli
+from agenthost_protocol.conformance import bundled_corpus
+
+
+def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, list[str]]:
+    code = cli.main(argv)
+    return code, capsys.readouterr().out.splitlines()
+
+
+def test_conformance_on_the_bundled_corpus(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = _run(["conformance"], capsys)
+    assert out == ["214 passed, 0 failed"]
+    assert code == 0
+
+
+def test_conformance_runs_user_cases_and_reports_failures(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "round-trips").mkdir()
+    shutil.copy(bundled_corpus() / "round-trips" / "004-session-status-bitset-flags.json",
+                tmp_path / "round-trips")
+    (tmp_path / "round-trips" / "900-mine.json").write_text(json.dumps({
+        "name": "mine", "type": "SessionStatus", "input": 3, "acceptableOutputs": [4]}))
+    (tmp_path / "round-trips" / "901-unknown-type.json").write_text(json.dumps({
+        "name": "bad", "type": "NoSuchType", "input": 3, "acceptableOutputs": [3]}))
+    (tmp_path / "round-trips" / "902-broken.json").write_text("{")
+    code, out = _run(["conformance", str(tmp_path)], capsys)
+    assert code == 1
+    assert out[-1] == "1 passed, 3 failed"
+    assert [line.split(":")[0] for line in out[:-1]] == [
+        "FAIL round-trip 900-mine.json",
+        "FAIL round-trip 901-unknown-type.json",
+        "FAIL round-trip 902-broken.json",
+    ]
+
+
+def test_conformance_reducer_failure_names_the_difference(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "reducers").mkdir()
+    case = json.loads((bundled_corpus() / "reducers" / "003-session-ready.json").read_text())
+    case["expected"]["lifecycle"] = "creating"
+    (tmp_path / "reducers" / "x.json").write_text(json.dumps(case))
+    code, out = _run(["conformance", str(tmp_path)], capsys)
+    assert code == 1
+    assert "$.lifecycle" in out[0]
+    assert out[-1] == "0 passed, 1 failed"
+
+
+def test_reduce_lines() -> None:
+    initial = {"title": "t", "content": [], "claim": {"kind": "client", "clientId": "c"}}
+    lines = [
+        {"reducer": "terminal", "initial": initial,
+         "actions": [{"type": "terminal/data", "data": "ab"},
+                     {"type": "terminal/data", "data": "cd"}], "trace": True},
+        {"reducer": "terminal", "initial": initial, "actions": [{"type": "terminal/nope"}]},
+        {"reducer": "terminal", "initial": {"title": 1}, "actions": []},
+        {"reducer": "galaxy", "initial": {}, "actions": []},
+        "not json",
+    ]
+    inp = io.StringIO("\n".join(x if isinstance(x, str) else json.dumps(x) for x in lines))
+    out = io.StringIO()
+    cli._reduce(None, inp, out)  # type: ignore[arg-type]
+    answers = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert len(answers) == 5
+    assert answers[0]["state"]["content"] == [{"type": "unclassified", "value": "abcd"}]
+    assert [s["content"][0]["value"] for s in answers[0]["trace"]] == ["ab", "abcd"]
+    assert answers[1] == {"state": initial}
+    assert answers[2]["error"].endswith("@ $.initial.title")
+    assert "unknown reducer" in answers[3]["error"]
+    assert answers[4]["error"].startswith("not JSON")
+
+
+def test_reduce_uses_the_given_clock() -> None:
+    line = json.dumps({
+        "reducer": "session", "now": 123456,
+        "initial": {"lifecycle": "ready", "activeClients": [], "chats": [],
+                    "summary": {"resource": "ahp-session:/s", "provider": "p", "title": "a",
+                                "status": 1, "createdAt": 0, "modifiedAt": 0}},
+        "actions": [{"type": "session/titleChanged", "title": "b"}]})
+    assert cli.reduce_line(line)["state"]["summary"]["modifiedAt"] == 123456
+
+
+def test_console_script_module_runs() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "agenthost_protocol.cli", "conformance"],
+        capture_output=True, text=True, check=False,
+    )
+    assert proc.returncode == 0
+    assert proc.stdout.strip() == "214 passed, 0 failed"

@@ -312,7 +312,8 @@ class _Codec:
                 return hook(value, cls)
             if unknown is None:
                 raise _Fail(f"unknown {tag_key} {tag!r}", (tag_key,))
-            return unknown(**{_py_tag(tag_key): tag, "raw": value})
+            # Each Unknown<Union> names its tag field after the wire key.
+            return unknown(**{tag_key: tag, "raw": value})
 
         return tagged
 
@@ -449,10 +450,6 @@ _MISSING = object()
 _UNKNOWN_CLASSES = frozenset(
     u for (_, _, u) in TAGGED_UNIONS.values() if u is not None
 ) | {t.UnknownAction}
-
-
-def _py_tag(tag_key: str) -> str:
-    return tag_key
 
 
 def _field(hook: Callable[[Any, Any], T], value: dict[str, Any], key: str) -> T:

@@ -29,6 +29,7 @@ from .errors import (
     RemoteProtocolError,
     UnsupportedProtocolVersion,
 )
+from .reconciler import ClientReconciler
 from .reducers import reduce
 from .versions import (
     PROTOCOL_VERSION,
@@ -42,6 +43,7 @@ __all__ = [
     "ROOT_CHANNEL",
     "SUPPORTED_PROTOCOL_VERSIONS",
     "ChannelKind",
+    "ClientReconciler",
     "InvalidParams",
     "InvalidRequest",
     "LocalProtocolError",

@@ -22,6 +22,7 @@ from ._version import __version__
 from .channels import ChannelKind
 from .conformance import FIXTURE_NOW_MS, STATE_TYPES, run_corpus, summary_line
 from .errors import ProtocolError
+from .reducers import REDUCERS
 
 __all__ = ["main", "reduce_line"]
 
@@ -47,8 +48,6 @@ def reduce_line(line: str | bytes) -> dict[str, Any]:
     action>]`` when asked, or ``{"error": "<message>"}`` when the input does
     not decode.  States are encoded by the codec (absent fields omitted).
     """
-    from .reducers import REDUCERS
-
     try:
         obj = wire.parse_json(line)
         if not isinstance(obj, dict):

@@ -28,8 +28,8 @@ from typing import Any
 
 from attrs import frozen
 
+from . import reducers, wire
 from . import types as t
-from . import wire
 from .channels import ChannelKind
 from .errors import ProtocolError
 
@@ -113,7 +113,7 @@ def json_equal(a: Any, b: Any) -> bool:
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(json_equal(a[k], b[k]) for k in a)
     if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(json_equal(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(json_equal(x, y) for x, y in zip(a, b, strict=True))
     return type(a) is type(b) and a == b
 
 
@@ -129,7 +129,7 @@ def _first_difference(a: Any, b: Any, path: str = "$") -> str:
     if isinstance(a, list) and isinstance(b, list):
         if len(a) != len(b):
             return f"{path}: {len(a)} items, expected {len(b)}"
-        for i, (x, y) in enumerate(zip(a, b)):
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
             if not json_equal(x, y):
                 return _first_difference(x, y, f"{path}[{i}]")
     return f"{path}: got {json.dumps(a)[:120]}, expected {json.dumps(b)[:120]}"
@@ -146,7 +146,9 @@ def run_round_trip_case(name: str, case: Mapping[str, Any]) -> CaseResult:
     except ProtocolError as e:
         return CaseResult(name, "round-trip", False, f"decoding failed: {e}")
     if not isinstance(outputs, list) or len(outputs) != 1:
-        return CaseResult(name, "round-trip", False, "acceptableOutputs must hold exactly one entry")
+        return CaseResult(
+            name, "round-trip", False, "acceptableOutputs must hold exactly one entry"
+        )
     if json_equal(encoded, outputs[0]):
         return CaseResult(name, "round-trip", True)
     return CaseResult(name, "round-trip", False, _first_difference(encoded, outputs[0]))
@@ -154,10 +156,6 @@ def run_round_trip_case(name: str, case: Mapping[str, Any]) -> CaseResult:
 
 def run_reducer_case(name: str, case: Mapping[str, Any]) -> CaseResult:
     """Apply ``actions`` to ``initial`` with the named reducer; compare with ``expected``."""
-    try:
-        from . import reducers
-    except ImportError as e:  # pragma: no cover - only before the reducers existed
-        return CaseResult(name, "reducer", False, f"reducers unavailable: {e}")
     try:
         kind = ChannelKind(case["reducer"])
         state_type = STATE_TYPES[kind.value]

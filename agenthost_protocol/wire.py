@@ -211,6 +211,14 @@ _SHAPE_ORDER = (
 )
 
 
+_PROTOCOL_NOTIFICATION = frozenset(get_args(t.ProtocolNotification))
+# Most required keys first; the three OTLP params share one shape.
+_NOTIFICATION_SHAPES = (
+    t.SessionSummaryChangedParams, t.SessionAddedParams, t.SessionRemovedParams,
+    t.AuthRequiredParams,
+)
+
+
 def _required_keys(cls: type) -> frozenset[str]:
     return frozenset(
         wire_name(a) for a in attrs.fields(cls) if a.default is attrs.NOTHING
@@ -223,6 +231,7 @@ class _Codec:
     def __init__(self, conv: cattrs.Converter) -> None:
         self.c = conv
         self.required = {cls: _required_keys(cls) for cls in _SHAPE_ORDER}
+        self.notification_keys = {cls: _required_keys(cls) for cls in _NOTIFICATION_SHAPES}
 
     # -- unions ---------------------------------------------------------------
     def union_structure(self, tp: Any) -> Callable[[Any, Any], Any]:
@@ -248,6 +257,20 @@ class _Codec:
             return lambda value, _: hook(value, only)
         if key == _STATE_ACTION_MEMBERS:
             return lambda value, _: self.structure_action(value)
+        if t.UnknownAction in key and key <= _STATE_ACTION_MEMBERS:
+            # A channel's action union (ChatAction ...): any action, of that channel.
+            allowed = tuple(key)
+
+            def channel_action(value: Any, _: Any) -> Any:
+                action = self.structure_action(value)
+                if not isinstance(action, allowed):
+                    kind = _tag_text(action.type)
+                    raise _Fail(f"action {kind!r} does not belong here", ("type",))
+                return action
+
+            return channel_action
+        if key == _PROTOCOL_NOTIFICATION:
+            return self.structure_notification_params
         if key in _TAGGED:
             tag_key, tags, unknown = _TAGGED[key]
             return self._tagged(tag_key, tags, unknown)
@@ -328,6 +351,21 @@ class _Codec:
             return t.UnknownAction(type=tag, raw=value)
         return self.c.structure(value, target)
 
+    def structure_notification_params(self, value: Any, _: Any) -> Any:
+        """``ProtocolNotification`` by shape (its members carry no tag)."""
+        if type(value) is not dict:
+            raise _expected("an object", value)
+        keys = value.keys()
+        for cls in _NOTIFICATION_SHAPES:
+            if self.notification_keys[cls] <= keys:
+                return self.c.structure(value, cls)
+        if "payload" in keys:
+            raise _Fail(
+                "OTLP export params look alike; decode the notification with parse_message, "
+                "which picks the type by method"
+            )
+        raise _Fail("not the params of any protocol notification")
+
     def structure_state_by_shape(self, value: Any) -> Any:
         if type(value) is not dict:
             raise _expected("an object", value)
@@ -398,6 +436,18 @@ class _Codec:
     def class_structure(self, cls: type) -> Callable[[Any, Any], Any]:
         if cls is t.Snapshot:
             return self.snapshot_structure()
+        if cls in _UNKNOWN_TAG_KEYS:
+            # An Unknown<Union> on its own: its wire form is the raw object.
+            tag_key = _UNKNOWN_TAG_KEYS[cls]
+
+            def unknown(value: Any, _: Any) -> Any:
+                if type(value) is not dict:
+                    raise _expected("an object", value)
+                if tag_key not in value:
+                    raise _Fail("required field missing", (tag_key,))
+                return cls(**{tag_key: value[tag_key], "raw": value})
+
+            return unknown
         fields = attrs.fields(cls)
         overrides = {a.name: override(rename=wire_name(a)) for a in fields}
         inner: Callable[[Any, Any], Any] = make_dict_structure_fn(
@@ -447,9 +497,10 @@ class _Codec:
 
 
 _MISSING = object()
-_UNKNOWN_CLASSES = frozenset(
-    u for (_, _, u) in TAGGED_UNIONS.values() if u is not None
-) | {t.UnknownAction}
+_UNKNOWN_TAG_KEYS: dict[type, str] = {
+    u: key for (key, _, u) in TAGGED_UNIONS.values() if u is not None
+} | {t.UnknownAction: "type"}
+_UNKNOWN_CLASSES = frozenset(_UNKNOWN_TAG_KEYS)
 
 
 def _field(hook: Callable[[Any, Any], T], value: dict[str, Any], key: str) -> T:
@@ -500,8 +551,27 @@ def _wire_of(cls: Any, name: str) -> str:
     return _camel(name)
 
 
+def _tag_text(tag: Any) -> Any:
+    return tag.value if isinstance(tag, Enum) else tag
+
+
 def _enum_value(member: Enum) -> Any:
     return member.value
+
+
+def _enum_structure(enum_cls: type[Enum]) -> Callable[[Any, Any], Any]:
+    """A closed enum on its own (model fields use ``Enum | str`` and stay open)."""
+    base = str if issubclass(enum_cls, str) else int
+
+    def structure_enum(value: Any, _: Any) -> Any:
+        if not isinstance(value, base) or isinstance(value, bool):
+            raise _expected("a string" if base is str else "an integer", value)
+        try:
+            return enum_cls(value)
+        except ValueError:
+            raise _Fail(f"unknown {enum_cls.__name__} value {value!r}") from None
+
+    return structure_enum
 
 
 def _is_any(tp: Any) -> bool:
@@ -536,10 +606,15 @@ def _make_converter() -> cattrs.Converter:
     conv.register_structure_hook(t.SessionStatus, _s_status)
     conv.register_structure_hook_func(_is_any, _s_any)
     conv.register_unstructure_hook(TextBuffer, lambda b: b.value)
+    for name in (*t.enums.__all__, *t.error_codes.__all__):
+        enum_cls = getattr(t.enums, name, None) or getattr(t.error_codes, name)
+        if (isinstance(enum_cls, type) and issubclass(enum_cls, Enum)
+                and not issubclass(enum_cls, IntFlag)):
+            conv.register_structure_hook(enum_cls, _enum_structure(enum_cls))
     # Per class: cattrs' singledispatch would otherwise pick its ``str``
     # identity hook for these ``str`` enums and leak enum members into JSON.
-    for name in t.enums.__all__:
-        enum_cls = getattr(t.enums, name)
+    for name in (*t.enums.__all__, *t.error_codes.__all__):
+        enum_cls = getattr(t.enums, name, None) or getattr(t.error_codes, name)
         if isinstance(enum_cls, type) and issubclass(enum_cls, Enum):
             if issubclass(enum_cls, IntFlag):
                 conv.register_unstructure_hook(enum_cls, int)
@@ -761,7 +836,9 @@ def _structure_raw_message(value: Any, _: Any) -> t.JsonRpcMessage:
 
 
 def _is_raw_message(tp: Any) -> bool:
-    return bool(tp == t.JsonRpcMessage)
+    return bool(tp == t.JsonRpcMessage) or tp in _MESSAGE_CLASSES or (
+        get_origin(tp) in _MESSAGE_CLASSES and get_args(tp) == (Any,)
+    )
 
 
 def _s_id(value: Any, _: Any) -> int | str:
@@ -793,7 +870,18 @@ def _unstructure_message(msg: Any) -> dict[str, Any]:
 _MESSAGE_CLASSES = (
     t.JsonRpcRequest, t.JsonRpcNotification, t.JsonRpcSuccessResponse, t.JsonRpcErrorResponse,
 )
-converter.register_structure_hook_func(_is_raw_message, _structure_raw_message)
+def _structure_raw_message_as(value: Any, tp: Any) -> t.JsonRpcMessage:
+    """A JSON-RPC message with raw params and result, of the kind ``tp`` names."""
+    msg = _structure_raw_message(value, tp)
+    if tp == t.JsonRpcMessage:
+        return msg
+    expected = get_origin(tp) or tp
+    if not isinstance(msg, expected):
+        raise _Fail(f"not a {expected.__name__}")
+    return msg
+
+
+converter.register_structure_hook_func(_is_raw_message, _structure_raw_message_as)
 converter.register_unstructure_hook_func(_is_message, _unstructure_message)
 converter.register_unstructure_hook(
     t.JsonRpcError,

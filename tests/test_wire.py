@@ -428,3 +428,23 @@ def test_encoding_yields_plain_json_types(path: Path) -> None:
     _assert_plain_json(wire.unstructure(state))
     for action in case["actions"]:
         _assert_plain_json(wire.unstructure(wire.parse_action(action)))
+
+
+def test_closed_enums_channel_unions_unknowns_and_bare_generics() -> None:
+    assert wire.structure("complete", t.TurnState) is t.TurnState.COMPLETE
+    assert wire.structure(-32005, t.AhpErrorCode) is t.AhpErrorCode.UNSUPPORTED_PROTOCOL_VERSION
+    with pytest.raises(InvalidParams, match="unknown TurnState"):
+        wire.structure("later", t.TurnState)
+    delta = {"type": "chat/delta", "turnId": "t", "partId": "p", "content": "x"}
+    assert isinstance(wire.structure(delta, t.ChatAction), t.ChatDeltaAction)
+    with pytest.raises(InvalidParams) as e:
+        wire.structure({"type": "session/ready"}, t.ChatAction)
+    assert e.value.path == "$.type"
+    raw = {"kind": "hologram", "depth": 3}
+    assert wire.structure(raw, t.UnknownResponsePart) == t.UnknownResponsePart(
+        kind="hologram", raw=raw
+    )
+    request = wire.structure({"jsonrpc": "2.0", "id": 1, "method": "m"}, t.JsonRpcRequest)
+    assert request == t.JsonRpcRequest(id=1, method="m")
+    with pytest.raises(InvalidParams):
+        wire.structure({"jsonrpc": "2.0", "method": "m"}, t.JsonRpcRequest)

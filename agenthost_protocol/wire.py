@@ -870,13 +870,13 @@ def _unstructure_message(msg: Any) -> dict[str, Any]:
 _MESSAGE_CLASSES = (
     t.JsonRpcRequest, t.JsonRpcNotification, t.JsonRpcSuccessResponse, t.JsonRpcErrorResponse,
 )
+
+
 def _structure_raw_message_as(value: Any, tp: Any) -> t.JsonRpcMessage:
     """A JSON-RPC message with raw params and result, of the kind ``tp`` names."""
     msg = _structure_raw_message(value, tp)
-    if tp == t.JsonRpcMessage:
-        return msg
-    expected = get_origin(tp) or tp
-    if not isinstance(msg, expected):
+    expected: type = get_origin(tp) or tp
+    if tp != t.JsonRpcMessage and type(msg) is not expected:
         raise _Fail(f"not a {expected.__name__}")
     return msg
 

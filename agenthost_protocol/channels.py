@@ -10,9 +10,14 @@ subscribed to should prefer that knowledge over :func:`channel_kind`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import Enum
+from types import MappingProxyType
+from typing import Any, Final
 
-__all__ = ["ROOT_CHANNEL", "ChannelKind", "channel_kind"]
+from . import types as t
+
+__all__ = ["ACTION_UNIONS", "ROOT_CHANNEL", "STATE_TYPES", "ChannelKind", "channel_kind"]
 
 ROOT_CHANNEL = "ahp-root://"
 """The one root channel of a host."""
@@ -59,3 +64,27 @@ def channel_kind(uri: str) -> ChannelKind | None:
         if uri.startswith(scheme):
             return kind
     return None
+
+
+STATE_TYPES: Final[Mapping[ChannelKind, type[Any]]] = MappingProxyType({
+    ChannelKind.ROOT: t.RootState,
+    ChannelKind.SESSION: t.SessionState,
+    ChannelKind.CHAT: t.ChatState,
+    ChannelKind.TERMINAL: t.TerminalState,
+    ChannelKind.CHANGESET: t.ChangesetState,
+    ChannelKind.ANNOTATIONS: t.AnnotationsState,
+    ChannelKind.RESOURCE_WATCH: t.ResourceWatchState,
+})
+"""The state type of each stateful channel kind."""
+
+ACTION_UNIONS: Final[Mapping[ChannelKind, Any]] = MappingProxyType({
+    ChannelKind.ROOT: t.RootAction,
+    ChannelKind.SESSION: t.SessionAction,
+    ChannelKind.CHAT: t.ChatAction,
+    ChannelKind.TERMINAL: t.TerminalAction,
+    ChannelKind.CHANGESET: t.ChangesetAction,
+    ChannelKind.ANNOTATIONS: t.AnnotationsAction,
+    ChannelKind.RESOURCE_WATCH: t.ResourceWatchAction,
+})
+"""The action union (``ChatAction`` ...) of each stateful channel kind; each includes
+``UnknownAction``."""

@@ -30,6 +30,7 @@ from attrs import frozen
 
 from . import reducers, wire
 from . import types as t
+from .channels import STATE_TYPES as CHANNEL_STATE_TYPES
 from .channels import ChannelKind
 from .errors import ProtocolError
 
@@ -49,15 +50,7 @@ __all__ = [
 FIXTURE_NOW_MS = 9999
 """The clock of the reducer corpus, in epoch milliseconds."""
 
-STATE_TYPES: Mapping[str, type] = {
-    ChannelKind.ROOT.value: t.RootState,
-    ChannelKind.SESSION.value: t.SessionState,
-    ChannelKind.CHAT.value: t.ChatState,
-    ChannelKind.TERMINAL.value: t.TerminalState,
-    ChannelKind.CHANGESET.value: t.ChangesetState,
-    ChannelKind.ANNOTATIONS.value: t.AnnotationsState,
-    ChannelKind.RESOURCE_WATCH.value: t.ResourceWatchState,
-}
+STATE_TYPES: Mapping[str, type] = {kind.value: cls for kind, cls in CHANNEL_STATE_TYPES.items()}
 """Reducer name (as used by the corpus and ``agenthost-protocol reduce``) -> state type."""
 
 # Names the SDKs use for types the TypeScript sources leave unnamed.

@@ -46,7 +46,7 @@ from cattrs.errors import (
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
 from . import types as t
-from .channels import ChannelKind, channel_kind
+from .channels import STATE_TYPES, channel_kind
 from .errors import InvalidParams, InvalidRequest, MethodNotFound, ParseError, ProtocolError
 from .methods import METHODS, MessageKind
 from .types._tags import ACTION_CLASSES, TAGGED_UNIONS
@@ -195,15 +195,6 @@ _SNAPSHOT_STATES = frozenset(get_args(t.SnapshotState))
 _STRING_OR_MARKDOWN = frozenset(get_args(t.StringOrMarkdown))
 _JSON_PRIMITIVE = frozenset(get_args(t.JsonPrimitive)) - {_NoneType}
 
-_STATE_BY_CHANNEL: dict[ChannelKind, type] = {
-    ChannelKind.ROOT: t.RootState,
-    ChannelKind.SESSION: t.SessionState,
-    ChannelKind.CHAT: t.ChatState,
-    ChannelKind.TERMINAL: t.TerminalState,
-    ChannelKind.CHANGESET: t.ChangesetState,
-    ChannelKind.ANNOTATIONS: t.AnnotationsState,
-    ChannelKind.RESOURCE_WATCH: t.ResourceWatchState,
-}
 # Shape detection order of the Rust SDK: the most specific required keys first.
 _SHAPE_ORDER = (
     t.SessionState, t.ChatState, t.TerminalState, t.ChangesetState,
@@ -473,7 +464,7 @@ class _Codec:
             resource = _field(_s_str, value, "resource")
             from_seq = _field(_s_int, value, "fromSeq")
             kind = channel_kind(resource)
-            state_cls = _STATE_BY_CHANNEL.get(kind) if kind is not None else None
+            state_cls = STATE_TYPES.get(kind) if kind is not None else None
             try:
                 if state_cls is None:
                     state = self.structure_state_by_shape(value["state"])

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from agenthost_protocol import types as t
 from agenthost_protocol import wire
-from agenthost_protocol.channels import ChannelKind
+from agenthost_protocol.channels import ACTION_UNIONS, ChannelKind
 from agenthost_protocol.reducers import REDUCERS, STATE_TYPES
 from agenthost_protocol.testing import strategies as ahst
 
@@ -69,13 +69,4 @@ def test_generated_sequences_never_raise_and_replay_identically(
 
 
 def _own_actions(kind: ChannelKind) -> tuple[type, ...]:
-    alias = {
-        ChannelKind.ROOT: t.RootAction,
-        ChannelKind.SESSION: t.SessionAction,
-        ChannelKind.CHAT: t.ChatAction,
-        ChannelKind.TERMINAL: t.TerminalAction,
-        ChannelKind.CHANGESET: t.ChangesetAction,
-        ChannelKind.ANNOTATIONS: t.AnnotationsAction,
-        ChannelKind.RESOURCE_WATCH: t.ResourceWatchAction,
-    }[kind]
-    return tuple(c for c in get_args(alias) if c is not t.UnknownAction)
+    return tuple(c for c in get_args(ACTION_UNIONS[kind]) if c is not t.UnknownAction)

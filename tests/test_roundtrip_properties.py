@@ -32,6 +32,7 @@ from hypothesis import strategies as st
 
 from agenthost_protocol import types as t
 from agenthost_protocol import wire
+from agenthost_protocol.conformance import json_equal
 from agenthost_protocol.errors import InvalidParams
 from agenthost_protocol.methods import METHODS
 from agenthost_protocol.testing import strategies as ahst
@@ -112,19 +113,6 @@ def assert_plain_json(value: Any, path: str = "$") -> None:
             assert_plain_json(v, f"{path}[{i}]")
     else:
         assert kind in (str, int, float, bool, type(None)), f"{path}: {kind.__name__}"
-
-
-def json_equal(a: Any, b: Any) -> bool:
-    """JSON equality: ``1 == 1.0`` but ``True != 1``; dict key order ignored."""
-    if isinstance(a, bool) or isinstance(b, bool):
-        return type(a) is type(b) and a == b
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-        return a == b
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(json_equal(a[k], b[k]) for k in a)
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(json_equal(x, y) for x, y in zip(a, b, strict=True))
-    return type(a) is type(b) and a == b
 
 
 def assert_round_trips(value: Any, wire_type: Any) -> None:

@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any, Final, Protocol, TypeVar, overload
 
-from ..channels import ChannelKind, channel_kind
+from ..channels import STATE_TYPES, ChannelKind, channel_kind
 from ..errors import LocalProtocolError
 from ..types import (
     AnnotationsState,
@@ -95,18 +95,6 @@ REDUCERS: Final[Mapping[ChannelKind, Reducer[Any]]] = MappingProxyType(
 )
 """The reducer of each stateful channel kind (OTLP and MCP channels have no state)."""
 
-STATE_TYPES: Final[Mapping[ChannelKind, type[Any]]] = MappingProxyType(
-    {
-        ChannelKind.ROOT: RootState,
-        ChannelKind.SESSION: SessionState,
-        ChannelKind.CHAT: ChatState,
-        ChannelKind.TERMINAL: TerminalState,
-        ChannelKind.CHANGESET: ChangesetState,
-        ChannelKind.ANNOTATIONS: AnnotationsState,
-        ChannelKind.RESOURCE_WATCH: ResourceWatchState,
-    }
-)
-"""The state type of each stateful channel kind."""
 
 _KIND_OF_STATE: Final[Mapping[type[Any], ChannelKind]] = {
     state_type: kind for kind, state_type in STATE_TYPES.items()

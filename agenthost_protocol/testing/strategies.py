@@ -52,7 +52,7 @@ except ImportError as _exc:  # pragma: no cover - exercised only without the ext
     ) from _exc
 
 from .. import types as t
-from ..channels import ROOT_CHANNEL, ChannelKind
+from ..channels import ACTION_UNIONS, ROOT_CHANNEL, STATE_TYPES, ChannelKind
 from ..methods import METHODS, MessageKind, Method
 from ..types._tags import ACTION_CLASSES, TAGGED_UNIONS
 from ..types._text import TextBuffer
@@ -235,24 +235,8 @@ _UNKNOWN: dict[type, tuple[str, frozenset[Any]]] = {
 _ACTION_TYPES: frozenset[str] = frozenset(_tag_value(tag) for tag in ACTION_CLASSES)
 _UNKNOWN[t.UnknownAction] = ("type", _ACTION_TYPES)
 
-_ACTION_UNIONS: dict[ChannelKind, Any] = {
-    ChannelKind.ROOT: t.RootAction,
-    ChannelKind.SESSION: t.SessionAction,
-    ChannelKind.CHAT: t.ChatAction,
-    ChannelKind.TERMINAL: t.TerminalAction,
-    ChannelKind.CHANGESET: t.ChangesetAction,
-    ChannelKind.ANNOTATIONS: t.AnnotationsAction,
-    ChannelKind.RESOURCE_WATCH: t.ResourceWatchAction,
-}
-_STATES: dict[ChannelKind, type] = {
-    ChannelKind.ROOT: t.RootState,
-    ChannelKind.SESSION: t.SessionState,
-    ChannelKind.CHAT: t.ChatState,
-    ChannelKind.TERMINAL: t.TerminalState,
-    ChannelKind.CHANGESET: t.ChangesetState,
-    ChannelKind.ANNOTATIONS: t.AnnotationsState,
-    ChannelKind.RESOURCE_WATCH: t.ResourceWatchState,
-}
+_ACTION_UNIONS = ACTION_UNIONS
+_STATES = STATE_TYPES
 _ACTION_CHANNEL: dict[type, ChannelKind] = {
     cls: kind
     for kind, union in _ACTION_UNIONS.items()

@@ -223,6 +223,7 @@ class _Codec:
         self.c = conv
         self.required = {cls: _required_keys(cls) for cls in _SHAPE_ORDER}
         self.notification_keys = {cls: _required_keys(cls) for cls in _NOTIFICATION_SHAPES}
+        self.action_hooks: dict[Any, Callable[[Any, Any], Any]] = {}
 
     # -- unions ---------------------------------------------------------------
     def union_structure(self, tp: Any) -> Callable[[Any, Any], Any]:
@@ -340,7 +341,11 @@ class _Codec:
         target = _ACTION_TAGS.get(tag) if isinstance(tag, str) else None
         if target is None:
             return t.UnknownAction(type=tag, raw=value)
-        return self.c.structure(value, target)
+        hook = self.action_hooks.get(target)
+        if hook is None:
+            # Resolved lazily: the hooks of the action classes are built on first use.
+            hook = self.action_hooks[target] = self.c.get_structure_hook(target)
+        return hook(value, target)
 
     def structure_notification_params(self, value: Any, _: Any) -> Any:
         """``ProtocolNotification`` by shape (its members carry no tag)."""
@@ -719,6 +724,17 @@ def parse_envelope(data: Any) -> t.ActionEnvelope:
     return cast(t.ActionEnvelope, structure(data, t.ActionEnvelope))
 
 
+_PARAMS_HOOKS: dict[str, Callable[[Any, Any], Any]] = {}
+
+
+def _params_hook(method: str) -> Callable[[Any, Any], Any]:
+    """The structure hook of a method's params, looked up once per method."""
+    hook = _PARAMS_HOOKS.get(method)
+    if hook is None:
+        hook = _PARAMS_HOOKS[method] = converter.get_structure_hook(METHODS[method].params)
+    return hook
+
+
 def parse_message(
     data: bytes | bytearray | memoryview | str | Mapping[str, Any],
     *,
@@ -764,7 +780,7 @@ def parse_message(
         if "params" not in obj:
             raise InvalidParams("params missing", path="$.params", request_id=msg_id)
         try:
-            params = converter.structure(obj["params"], info.params)
+            params = _params_hook(method)(obj["params"], info.params)
         except Exception as e:
             raise _raise(e, ("params",), request_id=msg_id) from None
         if is_request:

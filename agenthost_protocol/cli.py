@@ -6,6 +6,8 @@
 * ``agenthost-protocol reduce``: a batch reducer for differential testing
   against other implementations; JSON Lines in, JSON Lines out (see
   :func:`reduce_line`).
+* ``agenthost-protocol compat``: check the wire model against the frozen wire
+  shapes of the supported protocol versions (:mod:`agenthost_protocol.compat`).
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import IO, Any
 
+from . import compat, wire
 from . import types as t
-from . import wire
 from ._version import __version__
 from .channels import ChannelKind
 from .conformance import FIXTURE_NOW_MS, STATE_TYPES, run_corpus, summary_line
@@ -103,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``agenthost-protocol`` command."""
     parser = argparse.ArgumentParser(
         prog="agenthost-protocol",
-        description="Agent Host Protocol tools: conformance runner and batch reducer.",
+        description="Agent Host Protocol tools: conformance runner, batch reducer, wire-shape check.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -121,9 +123,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         description=reduce_line.__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    sub.add_parser(
+        "compat",
+        help="check the wire model against the frozen wire shapes",
+        description="Check the wire model against the bundled frozen wire shapes "
+        "(see docs/versioning.md).",
+    )
     args = parser.parse_args(argv)
     if args.command == "conformance":
         return _conformance(args, sys.stdout)
+    if args.command == "compat":
+        return compat.main([])
     return _reduce(args, sys.stdin, sys.stdout)
 
 

@@ -101,3 +101,9 @@ def test_console_script_module_runs() -> None:
     )
     assert proc.returncode == 0
     assert proc.stdout.strip() == "214 passed, 0 failed"
+
+
+def test_compat_subcommand(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = _run(["compat"], capsys)
+    assert code == 0
+    assert out == ["wire shape of 0.5.0 is compatible with: 0.5.0"]

@@ -105,7 +105,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``agenthost-protocol`` command."""
     parser = argparse.ArgumentParser(
         prog="agenthost-protocol",
-        description="Agent Host Protocol tools: conformance runner, batch reducer, wire-shape check.",
+        description="Agent Host Protocol tools: conformance runner, batch reducer, "
+        "wire-shape check.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)

@@ -221,8 +221,9 @@ class _Codec:
 
     def __init__(self, conv: cattrs.Converter) -> None:
         self.c = conv
-        self.required = {cls: _required_keys(cls) for cls in _SHAPE_ORDER}
-        self.notification_keys = {cls: _required_keys(cls) for cls in _NOTIFICATION_SHAPES}
+        self.required: dict[type, frozenset[str]] = {
+            cls: _required_keys(cls) for cls in (*_SHAPE_ORDER, *_NOTIFICATION_SHAPES)
+        }
         self.action_hooks: dict[Any, Callable[[Any, Any], Any]] = {}
 
     # -- unions ---------------------------------------------------------------
@@ -347,15 +348,22 @@ class _Codec:
             hook = self.action_hooks[target] = self.c.get_structure_hook(target)
         return hook(value, target)
 
-    def structure_notification_params(self, value: Any, _: Any) -> Any:
-        """``ProtocolNotification`` by shape (its members carry no tag)."""
+    def by_shape(self, value: Any, candidates: tuple[type, ...]) -> Any:
+        """Decode ``value`` as the first of ``candidates`` whose required keys it has."""
         if type(value) is not dict:
             raise _expected("an object", value)
         keys = value.keys()
-        for cls in _NOTIFICATION_SHAPES:
-            if self.notification_keys[cls] <= keys:
+        for cls in candidates:
+            if self.required[cls] <= keys:
                 return self.c.structure(value, cls)
-        if "payload" in keys:
+        return None
+
+    def structure_notification_params(self, value: Any, _: Any) -> Any:
+        """``ProtocolNotification`` by shape (its members carry no tag)."""
+        params = self.by_shape(value, _NOTIFICATION_SHAPES)
+        if params is not None:
+            return params
+        if "payload" in value:
             raise _Fail(
                 "OTLP export params look alike; decode the notification with parse_message, "
                 "which picks the type by method"
@@ -363,13 +371,10 @@ class _Codec:
         raise _Fail("not the params of any protocol notification")
 
     def structure_state_by_shape(self, value: Any) -> Any:
-        if type(value) is not dict:
-            raise _expected("an object", value)
-        keys = value.keys()
-        for cls in _SHAPE_ORDER:
-            if self.required[cls] <= keys:
-                return self.c.structure(value, cls)
-        raise _Fail("not the state of any channel kind")
+        state = self.by_shape(value, _SHAPE_ORDER)
+        if state is None:
+            raise _Fail("not the state of any channel kind")
+        return state
 
     # -- containers -----------------------------------------------------------
     def tuple_structure(self, tp: Any) -> Callable[[Any, Any], Any]:

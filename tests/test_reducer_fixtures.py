@@ -17,22 +17,14 @@ from typing import Any
 
 import pytest
 
-import agenthost_protocol
 from agenthost_protocol import wire
 from agenthost_protocol.channels import ChannelKind
+from agenthost_protocol.conformance import bundled_corpus, strip_nulls
 from agenthost_protocol.reducers import REDUCERS, STATE_TYPES
 from agenthost_protocol.types import UnknownAction
 
-CORPUS = Path(agenthost_protocol.__file__).parent / "_corpus" / "reducers"
+CORPUS = bundled_corpus() / "reducers"
 FIXTURES = sorted(CORPUS.glob("*.json"))
-
-
-def _drop_nulls(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {key: _drop_nulls(item) for key, item in value.items() if item is not None}
-    if isinstance(value, list):
-        return [_drop_nulls(item) for item in value]
-    return value
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -59,7 +51,7 @@ def test_reducer_fixture(path: Path) -> None:
         state = reducer(state, action, now=lambda: 9999, on_unknown=unknown.append)
 
     assert isinstance(state, state_type)
-    assert _drop_nulls(wire.dump(state)) == _drop_nulls(fixture["expected"])
+    assert strip_nulls(wire.dump(state)) == strip_nulls(fixture["expected"])
     assert unknown == [action for action in actions if isinstance(action, UnknownAction)]
 
 
@@ -69,4 +61,4 @@ def test_fixture_states_round_trip(path: Path) -> None:
     state_type = STATE_TYPES[ChannelKind(fixture["reducer"])]
     for key in ("initial", "expected"):
         decoded = wire.structure(fixture[key], state_type)
-        assert _drop_nulls(wire.dump(decoded)) == _drop_nulls(fixture[key]), key
+        assert strip_nulls(wire.dump(decoded)) == strip_nulls(fixture[key]), key

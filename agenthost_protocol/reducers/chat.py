@@ -559,30 +559,18 @@ def _complete(tc: ToolCallState, action: ChatToolCallCompleteAction) -> ToolCall
     else:
         return tc
     result = action.result
-    meta = tc.meta if action.meta is None else action.meta
-    if action.requires_result_confirmation:
-        return ToolCallPendingResultConfirmationState(
-            tool_call_id=tc.tool_call_id,
-            tool_name=tc.tool_name,
-            display_name=tc.display_name,
-            contributor=tc.contributor,
-            meta=meta,
-            invocation_message=tc.invocation_message,
-            tool_input=tc.tool_input,
-            confirmed=confirmed,
-            selected_option=selected_option,
-            success=result.success,
-            past_tense_message=result.past_tense_message,
-            content=result.content,
-            structured_content=result.structured_content,
-            error=result.error,
-        )
-    return ToolCallCompletedState(
+    # Both outcomes carry the same fields; only the status differs.
+    finished = (
+        ToolCallPendingResultConfirmationState
+        if action.requires_result_confirmation
+        else ToolCallCompletedState
+    )
+    return finished(
         tool_call_id=tc.tool_call_id,
         tool_name=tc.tool_name,
         display_name=tc.display_name,
         contributor=tc.contributor,
-        meta=meta,
+        meta=tc.meta if action.meta is None else action.meta,
         invocation_message=tc.invocation_message,
         tool_input=tc.tool_input,
         confirmed=confirmed,

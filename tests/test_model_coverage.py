@@ -11,7 +11,7 @@ import attrs
 from agenthost_protocol import types as t
 from agenthost_protocol.wire import wire_name
 
-SCHEMAS = Path(__file__).parent / "data" / "schema"
+SCHEMAS = Path(__file__).parent / "data" / "ahp-spec" / "schema"
 
 # Spec names deliberately without a Python counterpart.
 NOT_MODELLED = {

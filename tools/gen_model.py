@@ -2,123 +2,142 @@
 
 Usage::
 
-    python tools/gen_model.py [SPEC_DIR]
+    python tools/gen_model.py [SPEC_DIR] [--out DIR] [--check]
 
-SPEC_DIR defaults to ``../shared/ahp-spec`` (the pinned upstream snapshot).
-The generated modules are committed; this tool is only needed again when
-the spec snapshot moves.  The schemas are incomplete (enums and a few union
-``$ref`` targets dangle, some wrapper objects are mis-generated, a few
-nullable fields are listed as required), so the tables below carry the
-missing facts, taken from the spec's TypeScript sources as summarised in
-``shared/notes/spec-inventory.md``.
+SPEC_DIR is a spec folder (``schema/*.schema.json`` and ``registry.json``);
+it defaults to the bundled copy of the released schemas, ``tests/data/ahp-spec``,
+so the tool works on a fresh clone.  The generated modules are committed, and
+``tests/test_generator.py`` checks that they are byte for byte what this tool
+writes from the bundled schemas.  The schemas do not carry everything (enums
+used only as discriminators, names for inline objects, unions the TypeScript
+declares but the schemas do not, JSON Schema documents that must stay open
+objects), so the tables below carry the missing facts, taken from the spec's
+TypeScript sources as summarised in ``shared/notes/spec-inventory.md``.  Each
+table fails loudly when a new schema no longer matches it.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
-import sys
+import tempfile
 import textwrap
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "agenthost_protocol" / "types"
+BUNDLED_SPEC = ROOT / "tests" / "data" / "ahp-spec"
 SCHEMA_FILES = ("state", "actions", "commands", "notifications", "errors")
 
 # ---------------------------------------------------------------------------
 # Facts the schemas lack
 # ---------------------------------------------------------------------------
 
-STRING_ENUMS: dict[str, list[str]] = {
+# The 0.7.0 schemas emit most enums as ``$defs`` (read from there).  The
+# enums used only as union discriminators are not emitted: their values appear
+# inline as ``const``.  Their values, from the TypeScript sources (inventory
+# §5.4), are here; ``ChangesetOperationTargetSide`` is this library's name for
+# an inline ``"before" | "after"``.
+DISCRIMINATOR_ENUMS: dict[str, list[str]] = {
     "ReconnectResultType": ["replay", "snapshot"],
-    "ContentEncoding": ["base64", "utf-8"],
-    "ResourceWriteMode": ["truncate", "append", "insert"],
-    "ResourceType": ["file", "directory", "symlink"],
-    "AuthRequiredReason": ["required", "expired"],
-    "CompletionItemKind": ["userMessage"],
-    "PolicyState": ["enabled", "disabled", "unconfigured"],
-    "SessionLifecycle": ["creating", "ready", "creationFailed"],
+    "ChatSourceKind": ["fork", "sideChat"],
+    "SessionInputRequestKind": [
+        "chatInput", "toolConfirmation", "toolClientExecution", "toolAuthentication",
+    ],
     "CustomizationType": [
         "plugin", "directory", "agent", "skill", "prompt", "rule", "hook", "mcpServer",
     ],
     "CustomizationLoadStatus": ["loading", "loaded", "degraded", "error"],
     "McpServerStatus": ["starting", "ready", "authRequired", "error", "stopped"],
-    "McpAuthRequiredReason": ["required", "expired", "insufficientScope"],
-    "ChatOriginKind": ["user", "fork", "tool"],
-    "ChatInteractivity": ["full", "read-only", "hidden"],
-    "PendingMessageKind": ["steering", "queued"],
-    "ChatInputResponseKind": ["accept", "decline", "cancel"],
+    "ChatOriginKind": ["user", "fork", "sideChat", "tool"],
     "ChatInputQuestionKind": [
         "text", "number", "integer", "boolean", "single-select", "multi-select",
     ],
     "ChatInputAnswerValueKind": ["text", "number", "boolean", "selected", "selected-many"],
     "ChatInputAnswerState": ["draft", "submitted", "skipped"],
-    "TurnState": ["complete", "cancelled", "error"],
-    "MessageAttachmentKind": ["simple", "embeddedResource", "resource", "annotations"],
-    "MessageKind": ["user", "agent", "tool", "systemNotification"],
-    "ResponsePartKind": ["markdown", "contentRef", "toolCall", "reasoning", "systemNotification"],
-    "ToolCallStatus": [
-        "streaming", "pending-confirmation", "running", "pending-result-confirmation",
-        "completed", "cancelled",
+    "MessageAttachmentKind": ["simple", "embeddedResource", "resource", "annotations", "chat"],
+    "ResponsePartKind": [
+        "markdown", "contentRef", "toolCall", "reasoning", "systemNotification", "inputRequest",
     ],
-    "ToolCallConfirmationReason": ["not-needed", "user-action", "setting"],
-    "ToolCallCancellationReason": ["denied", "skipped", "result-denied"],
-    "ConfirmationOptionKind": ["approve", "deny"],
+    "ToolCallStatus": [
+        "streaming", "pending-confirmation", "running", "auth-required",
+        "pending-result-confirmation", "completed", "cancelled",
+    ],
+    "ToolCallRiskAssessmentStatus": ["loading", "complete"],
     "ToolCallContributorKind": ["client", "mcp"],
     "ToolResultContentType": [
         "text", "embeddedResource", "resource", "fileEdit", "terminal", "subagent",
     ],
     "TerminalClaimKind": ["client", "session"],
-    "ChangesetStatus": ["computing", "ready", "error"],
-    "ChangesetOperationStatus": ["idle", "running", "error", "disabled"],
-    "ChangesetOperationScope": ["changeset", "resource", "range"],
     "ChangesetOperationTargetKind": ["resource", "range"],
-    "ResourceChangeType": ["added", "updated", "deleted"],
+    "ChangesetOperationTargetSide": ["before", "after"],
 }
-# ActionType is filled in from the StateAction union (73 values).
+# Every string enum, in the order ``types.enums`` lists them (inventory §5.4).
+# An enum the schemas define that is missing here stops the generator: a new
+# release's new enum must be placed deliberately.
+ENUM_ORDER = [
+    "ActionType", "ReconnectResultType", "ContentEncoding", "ResourceWriteMode",
+    "ResourceType", "AuthRequiredReason", "CompletionItemKind", "ChatSourceKind",
+    "PolicyState", "SessionLifecycle", "SessionInputRequestKind", "CustomizationType",
+    "CustomizationLoadStatus", "McpServerStatus", "McpAuthRequiredReason", "ChatOriginKind",
+    "ChatInteractivity", "PendingMessageKind", "ChatInputResponseKind",
+    "ChatInputQuestionKind", "ChatInputAnswerValueKind", "ChatInputAnswerState", "TurnState",
+    "MessageAttachmentKind", "MessageKind", "ResponsePartKind", "ToolCallStatus",
+    "ToolCallConfirmationReason", "ToolCallRiskAssessmentKind", "ToolCallRiskAssessmentStatus",
+    "ToolCallCancellationReason", "ConfirmationOptionKind", "ToolCallContributorKind",
+    "ToolResultContentType", "TerminalClaimKind", "ChangesetStatus",
+    "ChangesetOperationStatus", "ChangesetOperationScope", "ChangesetOperationTargetKind",
+    "ChangesetOperationTargetSide", "ResourceChangeType",
+]
+# Numeric enums written by hand below (``SessionStatus`` is a bitset the schema
+# gets wrong, the error-code tables lack -32011).
+NUMERIC_ENUMS = {"SessionStatus", "JsonRpcErrorCode", "AhpErrorCode"}
+STRING_ENUMS: dict[str, list[str]] = {}
+"""Filled by :class:`Gen` from the schemas and ``DISCRIMINATOR_ENUMS``."""
 
-# Types the schemas reference but never define, written as schema fragments.
-MISSING_DEFS: dict[str, dict[str, Any]] = {
-    "ChangesetOperationResourceTarget": {
-        "type": "object",
-        "description": "Targets one resource of the changeset.",
-        "properties": {
-            "kind": {"$ref": "#/$defs/ChangesetOperationTargetKind.Resource"},
-            "resource": {"$ref": "#/$defs/URI", "description": "The targeted resource."},
-            "side": {"$ref": "#/$defs/ChangesetOperationTargetSide",
-                     "description": "Which side of the diff, when it matters."},
-        },
-        "required": ["kind", "resource"],
-    },
-    "ChangesetOperationRangeTarget": {
-        "type": "object",
-        "description": "Targets a range inside one resource of the changeset.",
-        "properties": {
-            "kind": {"$ref": "#/$defs/ChangesetOperationTargetKind.Range"},
-            "resource": {"$ref": "#/$defs/URI", "description": "The targeted resource."},
-            "range": {"$ref": "#/$defs/TextRange", "description": "The targeted range."},
-            "side": {"$ref": "#/$defs/ChangesetOperationTargetSide",
-                     "description": "Which side of the diff, when it matters."},
-        },
-        "required": ["kind", "resource", "range"],
-    },
+# The enum a union's discriminator takes its ``const`` values from.
+UNION_TAG_ENUMS = {
+    "StateAction": "ActionType", "ReconnectResult": "ReconnectResultType",
+    "ChangesetOperationTarget": "ChangesetOperationTargetKind", "ChatSource": "ChatSourceKind",
+    "ChatOrigin": "ChatOriginKind", "SessionInputRequest": "SessionInputRequestKind",
+    "ChatInputQuestion": "ChatInputQuestionKind", "ChatInputAnswerValue": "ChatInputAnswerValueKind",
+    "ChatInputAnswer": "ChatInputAnswerState", "MessageAttachment": "MessageAttachmentKind",
+    "ResponsePart": "ResponsePartKind", "ToolCallContributor": "ToolCallContributorKind",
+    "ToolCallState": "ToolCallStatus", "ToolCallConfirmationState": "ToolCallStatus",
+    "ToolCallRiskAssessment": "ToolCallRiskAssessmentStatus",
+    "ToolResultContent": "ToolResultContentType", "Customization": "CustomizationType",
+    "ChildCustomization": "CustomizationType", "CustomizationLoadState": "CustomizationLoadStatus",
+    "McpServerState": "McpServerStatus", "TerminalClaim": "TerminalClaimKind",
 }
-STRING_ENUMS["ChangesetOperationTargetSide"] = ["before", "after"]
+# Non-discriminator fields whose inline ``const`` alternatives are an enum's values.
+FIELD_ENUMS = {
+    ("ChatToolCallDeniedAction", "reason"): "ToolCallCancellationReason",
+    ("ChangesetOperationResourceTarget", "side"): "ChangesetOperationTargetSide",
+    ("ChangesetOperationRangeTarget", "side"): "ChangesetOperationTargetSide",
+}
+# Discriminators that are not the first of ``type``/``kind``/``status``/``state``
+# on their variants (risk assessments carry a constant ``kind: "judge"`` too).
+UNION_TAGS = {"ToolCallRiskAssessment": "status"}
 
-# Fields declared ``T | undefined`` without ``?``: required in the schema,
-# absent on the wire (and null in reducer fixtures).
-NULLABLE_REQUIRED = {
-    ("ActionEnvelope", "origin"),
-    ("Turn", "usage"),
-    ("ActiveTurn", "usage"),
-    ("SessionActivityChangedAction", "activity"),
-    ("SessionChangesetsChangedAction", "changesets"),
-    ("ChangesetOperationsChangedAction", "operations"),
-    ("SessionMetaChangedAction", "_meta"),
+# Unions whose variants the schemas write inline, without a name: the names
+# (and docstrings) of the variant classes, in ``oneOf`` order.
+INLINE_VARIANTS: dict[str, list[tuple[str, str]]] = {
+    "ChangesetOperationTarget": [
+        ("ChangesetOperationResourceTarget", "Targets one resource of the changeset."),
+        ("ChangesetOperationRangeTarget", "Targets a range inside one resource of the changeset."),
+    ],
+    "ChatOrigin": [
+        ("UserChatOrigin", "The chat was started by a user."),
+        ("ForkChatOrigin", "The chat was forked from a turn of another chat."),
+        ("SideChatOrigin", "The chat is a side chat about a turn of another chat."),
+        ("ToolChatOrigin", "The chat was started by a tool call (e.g. a subagent)."),
+    ],
 }
 
-# Names for inline object types (the spec gives them none).
+# Names for inline object types (the spec gives them none), and the docstrings
+# of those that are not described well by the field that holds them.
 INLINE_NAMES = {
     ("FileEdit", "before"): "FileEditSide",
     ("FileEdit", "after"): "FileEditSide",
@@ -134,12 +153,6 @@ INLINE_NAMES = {
     ("ToolCallCompletedState", "error"): "ToolCallError",
     ("SessionChatUpdatedAction", "changes"): "PartialChatSummary",
     ("SessionSummaryChangedParams", "changes"): "PartialSessionSummary",
-}
-
-# Field types the schema generator got wrong (``{items: T[]}`` wrappers
-# emitted as ``{items: string}``, JSON Schema objects as strings, booleans
-# discriminating the two ``chat/toolCallConfirmed`` shapes).
-FIELD_TYPE_OVERRIDES = {
     ("ToolCallPendingConfirmationState", "edits"): "FileEditList",
     ("ChatToolCallReadyAction", "edits"): "FileEditList",
     ("ResourceWatchState", "excludes"): "PathPatternList",
@@ -147,6 +160,21 @@ FIELD_TYPE_OVERRIDES = {
     ("CreateResourceWatchParams", "excludes"): "PathPatternList",
     ("CreateResourceWatchParams", "includes"): "PathPatternList",
     ("ResourceWatchChangedAction", "changes"): "ResourceChangeList",
+}
+INLINE_DOCS = {
+    "FileEditSide": "One side (before or after) of a file edit: where, and its content.",
+    "FileEditList": "File edits, wrapped in ``{items}`` on the wire for forward compatibility.",
+    "PathPatternList": "Glob patterns or relative paths, wrapped in ``{items}`` on the wire.",
+    "ResourceChangeList": "A batch of resource changes, wrapped in ``{items}`` on the wire.",
+    "PartialChatSummary": "Changed fields of a ``ChatSummary`` (``session/chatUpdated``).",
+    "PartialSessionSummary": "Changed fields of a ``SessionSummary`` (``root/sessionSummaryChanged``).",
+}
+
+# Field types the schemas cannot express: JSON Schema documents are open
+# objects (kept whole, not as the schema's partial struct), ``Snapshot.state``
+# is chosen by channel, ``FileEdit`` content is always a ``ContentRef``, and
+# booleans discriminate the two ``chat/toolCallConfirmed`` shapes.
+FIELD_TYPE_OVERRIDES = {
     ("ToolDefinition", "inputSchema"): "Mapping[str, Any]",
     ("ToolDefinition", "outputSchema"): "Mapping[str, Any]",
     ("Snapshot", "state"): "SnapshotState",
@@ -159,81 +187,45 @@ LITERAL_DEFAULTS = {
     ("ChatToolCallDeniedAction", "approved"): "False",
 }
 EXTRA_STRUCTS: dict[str, dict[str, Any]] = {
-    "FileEditList": {
-        "type": "object",
-        "description": "File edits, wrapped in ``{items}`` on the wire for forward compatibility.",
-        "properties": {"items": {"type": "array", "items": {"$ref": "#/$defs/FileEdit"}}},
-        "required": ["items"],
-    },
-    "PathPatternList": {
-        "type": "object",
-        "description": "Glob patterns or relative paths, wrapped in ``{items}`` on the wire.",
-        "properties": {"items": {"type": "array", "items": {"type": "string"}}},
-        "required": ["items"],
-    },
-    "ResourceChangeList": {
-        "type": "object",
-        "description": "A batch of resource changes, wrapped in ``{items}`` on the wire.",
-        "properties": {"items": {"type": "array", "items": {"$ref": "#/$defs/ResourceChange"}}},
-        "required": ["items"],
-    },
     "MarkdownString": {
         "type": "object",
         "description": "The Markdown form of :data:`StringOrMarkdown`.",
         "properties": {"markdown": {"type": "string", "description": "Markdown source."}},
         "required": ["markdown"],
     },
-    "UserChatOrigin": {
-        "type": "object",
-        "description": "The chat was started by a user.",
-        "properties": {"kind": {"$ref": "#/$defs/ChatOriginKind.User"}},
-        "required": ["kind"],
-    },
-    "ForkChatOrigin": {
-        "type": "object",
-        "description": "The chat was forked from a turn of another chat.",
-        "properties": {
-            "kind": {"$ref": "#/$defs/ChatOriginKind.Fork"},
-            "chat": {"$ref": "#/$defs/URI", "description": "The chat forked from."},
-            "turnId": {"type": "string", "description": "The turn forked at."},
-        },
-        "required": ["kind", "chat", "turnId"],
-    },
-    "ToolChatOrigin": {
-        "type": "object",
-        "description": "The chat was started by a tool call (e.g. a subagent).",
-        "properties": {
-            "kind": {"$ref": "#/$defs/ChatOriginKind.Tool"},
-            "chat": {"$ref": "#/$defs/URI", "description": "The chat holding the tool call."},
-            "toolCallId": {"type": "string", "description": "The tool call."},
-        },
-        "required": ["kind", "chat", "toolCallId"],
-    },
 }
 
 # Tagged unions: name -> (discriminator wire key, variant classes, open?).
 # Every open union gets an ``Unknown<Name>`` variant keeping the raw payload.
-UNIONS: dict[str, tuple[str, list[str], bool]] = {
-    "ChangesetOperationTarget": (
-        "kind", ["ChangesetOperationResourceTarget", "ChangesetOperationRangeTarget"], False,
-    ),
-    "ReconnectResult": ("type", ["ReconnectReplayResult", "ReconnectSnapshotResult"], False),
-    "ChatOrigin": ("kind", ["UserChatOrigin", "ForkChatOrigin", "ToolChatOrigin"], True),
-}
+# The variants are read from the schemas' ``oneOf`` (named by
+# ``INLINE_VARIANTS`` where inline); ``StateAction`` and the ``approved``
+# split of ``chat/toolCallConfirmed`` are built from the actions.
 OPEN_STATE_UNIONS = [
-    "ChatInputQuestion", "ChatInputAnswerValue", "ChatInputAnswer", "MessageAttachment",
-    "ResponsePart", "ToolCallContributor", "ToolCallState", "ToolResultContent",
+    "ChatOrigin", "SessionInputRequest", "ChatInputQuestion", "ChatInputAnswerValue",
+    "ChatInputAnswer", "MessageAttachment", "ResponsePart", "ToolCallRiskAssessment",
+    "ToolCallContributor", "ToolCallState", "ToolCallConfirmationState", "ToolResultContent",
     "Customization", "ChildCustomization", "CustomizationLoadState", "McpServerState",
     "TerminalClaim", "TerminalContentPart",
 ]
+# Closed: an unknown discriminator is an error (``ChatSource``: the spec says
+# a missing or unknown kind MUST be rejected).
+CLOSED_UNIONS = ["ChangesetOperationTarget", "ReconnectResult", "ChatSource"]
 UNKNOWN_NAMES = {"StateAction": "UnknownAction"}
+# Unions the TypeScript sources declare but the schemas do not define.
+SCHEMALESS_UNIONS = {"ReconnectResult": ["ReconnectReplayResult", "ReconnectSnapshotResult"]}
+# Untagged unions, emitted as aliases (told apart by JSON type).
+UNTAGGED_ALIASES = {
+    "ToolInput": ("Union[str, ContentRef]",
+                  "Tool input, inline (a string) or by reference (a ``ContentRef``)."),
+}
 
 # Base interfaces that are not wire types of their own: their fields are
 # copied onto every variant.  ``AhpErrorDetailsMap`` is a type-level map,
 # ``BaseParams`` the common shape of params.  Listed in the coverage test.
 SKIPPED_DEFS = {
-    "CustomizationBase", "ContainerCustomizationBase", "ToolCallBase",
-    "ToolCallParameterFields", "ChatInputQuestionBase", "MessageAttachmentBase",
+    "CustomizationBase", "ContainerCustomizationBase", "ChildCustomizationBase", "ToolCallBase",
+    "ToolCallParameterFields", "ToolCallPostConfirmationFields", "ChatInputQuestionBase",
+    "MessageAttachmentBase", "SessionInputRequestBase", "ToolCallRiskAssessmentBase",
     "ToolCallActionBase", "BaseParams", "AhpErrorDetailsMap",
 }
 
@@ -241,42 +233,50 @@ SKIPPED_DEFS = {
 MODULE_OF_STATE = {
     "common": """Icon ProtectedResourceMetadata ConfigPropertySchema ConfigSchema TextPosition
         TextRange TextSelection ContentRef FileEdit FileEditSide FileEditDiff FileEditList
-        UsageInfo ErrorInfo StringOrMarkdown MarkdownString JsonPrimitive""",
-    "root": """RootState AgentInfo SessionModelInfo ModelSelection AgentSelection
+        UsageInfo ErrorInfo StringOrMarkdown MarkdownString JsonPrimitive ToolInput""",
+    "root": """RootState AgentInfo AgentCapabilities MultipleChatsCapability
+        MultipleWorkingDirectoriesCapability SessionModelInfo ModelSelection AgentSelection
         RootConfigState""",
-    "session": """SessionState SessionActiveClient ProjectInfo SessionSummary PartialSessionSummary ChangesSummary
-        SessionConfigPropertySchema SessionConfigSchema SessionConfigState ToolDefinition
-        ToolAnnotations""",
+    "session": """SessionMetadata SessionState SessionActiveClient SessionChatInputRequest
+        SessionToolConfirmationRequest SessionToolClientExecutionRequest
+        SessionToolAuthenticationRequest SessionInputRequest ProjectInfo SessionSummary
+        PartialSessionSummary ChangesSummary SessionConfigPropertySchema SessionConfigSchema
+        SessionConfigState ToolDefinition ToolAnnotations""",
     "customizations": """CustomizationLoadingState CustomizationLoadedState
         CustomizationDegradedState CustomizationErrorState PluginCustomization
         ClientPluginCustomization DirectoryCustomization AgentCustomization SkillCustomization
         PromptCustomization RuleCustomization HookCustomization McpServerCustomization
         McpServerCustomizationApps AhpMcpUiHostCapabilities McpUiListChangedCapability
-        McpUiSamplingCapability McpServerStartingState McpServerReadyState
-        McpServerAuthRequiredState McpServerErrorState McpServerStoppedState
+        McpUiSamplingCapability McpServerStartingState McpServerReadyState McpOAuthClient
+        McpAuthRequirement McpServerAuthRequiredState McpServerErrorState McpServerStoppedState
         ChildCustomizationType CustomizationLoadState ChildCustomization Customization
         McpServerState""",
-    "chat": """ChatState ChatSummary PartialChatSummary PendingMessage UserChatOrigin
-        ForkChatOrigin ToolChatOrigin ChatOrigin Turn ActiveTurn MessageOrigin Message
-        SimpleMessageAttachment MessageEmbeddedResourceAttachment MessageResourceAttachment
-        MessageAnnotationsAttachment MessageAttachment MarkdownResponsePart
-        ResourceReponsePart ToolCallResponsePart ReasoningResponsePart
-        SystemNotificationResponsePart ResponsePart""",
+    "chat": """ChatState ChatSummary PartialChatSummary SideChatSelection PendingMessage
+        UserChatOrigin ForkChatOrigin SideChatOrigin ToolChatOrigin ChatOrigin Turn ActiveTurn
+        MessageOrigin Message SimpleMessageAttachment MessageEmbeddedResourceAttachment
+        MessageResourceAttachment MessageAnnotationsAttachment MessageChatAttachment
+        MessageAttachment MarkdownResponsePart ResourceReponsePart ToolCallResponsePart
+        ReasoningResponsePart SystemNotificationResponsePart InputRequestResponsePart
+        ResponsePart""",
     "input_requests": """ChatInputOption ChatInputTextQuestion ChatInputNumberQuestion
         ChatInputBooleanQuestion ChatInputSingleSelectQuestion ChatInputMultiSelectQuestion
         ChatInputRequest ChatInputTextAnswerValue ChatInputNumberAnswerValue
         ChatInputBooleanAnswerValue ChatInputSelectedAnswerValue
         ChatInputSelectedManyAnswerValue ChatInputAnswered ChatInputSkipped ChatInputQuestion
         ChatInputAnswerValue ChatInputAnswer""",
-    "tool_calls": """ConfirmationOption ToolCallClientContributor ToolCallMcpContributor
-        ToolCallResult ToolCallError ToolCallStreamingState ToolCallPendingConfirmationState
-        ToolCallRunningState ToolCallPendingResultConfirmationState ToolCallCompletedState
-        ToolCallCancelledState ToolResultTextContent ToolResultEmbeddedResourceContent
-        ToolResultResourceContent ToolResultFileEditContent ToolResultTerminalContent
-        ToolResultSubagentContent ToolCallContributor ToolCallState ToolResultContent""",
+    "tool_calls": """ToolCallRiskAssessmentLoadingState ToolCallRiskAssessmentCompleteState
+        ConfirmationOption ToolCallClientContributor ToolCallMcpContributor ToolCallResult
+        ToolCallError ToolCallStreamingState ToolCallPendingConfirmationState
+        ToolCallRunningState ToolCallAuthRequiredState ToolCallPendingResultConfirmationState
+        ToolCallCompletedState ToolCallCancelledState ToolResultTextContent
+        ToolResultEmbeddedResourceContent ToolResultResourceContent ToolResultFileEditContent
+        TerminalCommandResult ToolResultTerminalContent ToolResultSubagentContent
+        ToolCallRiskAssessment ToolCallContributor ToolCallState ToolCallConfirmationState
+        ToolResultContent""",
     "terminal": """TerminalInfo TerminalClientClaim TerminalSessionClaim TerminalState
         TerminalUnclassifiedPart TerminalCommandPart TerminalClaim TerminalContentPart""",
-    "changeset": """Changeset ChangesetState ChangesetFile ChangesetOperation""",
+    "changeset": """Changeset ChangesetCapabilities ChangesetState ChangesetFile
+        ChangesetOperation""",
     "annotations": """AnnotationsSummary AnnotationsState Annotation AnnotationEntry""",
     "otlp": """TelemetryCapabilities""",
     "resource_watch": """ResourceWatchState ResourceChange ResourceChangeList
@@ -287,11 +287,11 @@ MODULE_DOCS = {
     "enums": "The spec's string enums and the ``SessionStatus`` bitset.",
     "common": "Structs shared by every channel: text ranges, content references, file edits, errors.",
     "root": "State of the root channel ``ahp-root://``: agents, models, terminals, host config.",
-    "session": "State of a session channel ``ahp-session:/<id>``: summary, chats catalogue, clients, config.",
+    "session": "State of a session channel ``ahp-session:/<id>``: metadata, chats catalogue, clients, input needed, config.",
     "customizations": "Session customizations: plugins, directories, agents, skills, MCP servers.",
     "chat": "State of a chat channel ``ahp-chat:/<id>``: turns, messages, response parts.",
     "input_requests": "Input requests (elicitation) raised in a chat, their questions and answers.",
-    "tool_calls": "Tool calls in a chat: the six-state lifecycle, contributors and results.",
+    "tool_calls": "Tool calls in a chat: the seven-state lifecycle, contributors, risk assessments and results.",
     "terminal": "State of a terminal channel: content parts, claims.",
     "changeset": "State of a changeset channel: files, operations and status.",
     "annotations": "State of an annotations channel ``ahp-session:/<id>/annotations``.",
@@ -322,6 +322,7 @@ TEXT_BUFFER_FIELDS = {
 FLOAT_FIELDS = {
     ("ChatInputNumberQuestion", "min"), ("ChatInputNumberQuestion", "max"),
     ("ChatInputNumberQuestion", "defaultValue"), ("ChatInputNumberAnswerValue", "value"),
+    ("ToolCallRiskAssessmentCompleteState", "safety"),
 }
 PY_KEYWORDS = {"from", "import", "class", "def", "global", "is", "in", "not", "and", "or",
                "lambda", "with", "as", "pass", "yield", "return", "async", "await"}
@@ -381,16 +382,29 @@ class Gen:
     def __init__(self, spec: Path) -> None:
         self.defs: dict[str, dict[str, Any]] = {}
         for f in SCHEMA_FILES:
-            data = json.loads((spec / "schema" / f"{f}.schema.json").read_text())
+            data = json.loads((spec / "schema" / f"{f}.schema.json").read_text(encoding="utf-8"))
             for k, v in data["$defs"].items():
                 if k not in self.defs:
                     self.defs[k] = v
                     self.defs[k]["_file"] = f
-        for k, v in {**MISSING_DEFS, **EXTRA_STRUCTS}.items():
-            v["_file"] = "state"
-            self.defs[k] = v
-        self.defs["ChangesetOperationResourceTarget"]["_file"] = "commands"
-        self.defs["ChangesetOperationRangeTarget"]["_file"] = "commands"
+        for k, v in EXTRA_STRUCTS.items():
+            self.defs[k] = {**v, "_file": "state"}
+        for union, named in INLINE_VARIANTS.items():
+            branches = self.defs[union]["oneOf"]
+            if len(branches) != len(named) or any("$ref" in b for b in branches):
+                raise SystemExit(f"INLINE_VARIANTS[{union!r}] no longer matches the schema")
+            for branch, (name, description) in zip(branches, named):
+                self.defs[name] = {**branch, "description": description,
+                                   "_file": self.defs[union]["_file"]}
+        # String enums: the schema's, then the discriminator-only ones.
+        STRING_ENUMS.clear()
+        schema_enums = {k: v["enum"] for k, v in self.defs.items()
+                        if "enum" in v and k not in NUMERIC_ENUMS}
+        for name, values in schema_enums.items():
+            if name in DISCRIMINATOR_ENUMS:
+                raise SystemExit(f"{name} is in the schema now: drop it from DISCRIMINATOR_ENUMS")
+            if name not in ENUM_ORDER:
+                raise SystemExit(f"new enum {name}: add it to ENUM_ORDER")
         self.module: dict[str, str] = {}
         for mod, names in MODULE_OF_STATE.items():
             for n in names.split():
@@ -398,14 +412,9 @@ class Gen:
         for k, v in self.defs.items():
             if k not in self.module and k not in SKIPPED_DEFS:
                 self.module[k] = SCHEMA_MODULE.get(v["_file"], "common")
-        self.module["ChangesetOperationResourceTarget"] = "commands"
-        self.module["ChangesetOperationRangeTarget"] = "commands"
-        self.module["ChangesetOperationTarget"] = "commands"
-        self.module["ReconnectResult"] = "commands"
         self.module["URI"] = "common"
-        self.module["JsonRpcErrorCode"] = "error_codes"
-        self.module["AhpErrorCode"] = "error_codes"
-        # ActionType from the StateAction union
+        # ActionType from the StateAction union (the first branch in
+        # actions.schema.json is a dangling ``$ref``: skipped).
         self.action_types: dict[str, str] = {}
         for ref in self.defs["StateAction"]["oneOf"]:
             cls = ref.get("$ref", "").rsplit("/", 1)[-1]
@@ -414,20 +423,38 @@ class Gen:
             if cls == "ChatToolCallConfirmedAction":
                 self.action_types["chat/toolCallConfirmed"] = cls
                 continue
-            t = self.defs[cls]["properties"]["type"]["$ref"].rsplit(".", 1)[-1]
-            self.action_types[self.action_value(t)] = cls
-        STRING_ENUMS["ActionType"] = list(self.action_types)
+            self.action_types[self.defs[cls]["properties"]["type"]["const"]] = cls
+        for name in ENUM_ORDER:
+            if name == "ActionType":
+                STRING_ENUMS[name] = list(self.action_types)
+            elif name in schema_enums:
+                STRING_ENUMS[name] = list(schema_enums[name])
+            elif name in DISCRIMINATOR_ENUMS:
+                STRING_ENUMS[name] = list(DISCRIMINATOR_ENUMS[name])
+            else:
+                raise SystemExit(f"enum {name} has no values (neither schema nor table)")
         for e in STRING_ENUMS:
             self.module[e] = "enums"
         self.module["SessionStatus"] = "enums"
+        self.module["JsonRpcErrorCode"] = "error_codes"
+        self.module["AhpErrorCode"] = "error_codes"
         self.inline_defs: dict[str, dict[str, Any]] = {}
         self.text_methods: dict[str, list[tuple[str, bool, str | None]]] = {}
-        self.unions: dict[str, tuple[str, list[str], bool]] = dict(UNIONS)
-        for u in [*OPEN_STATE_UNIONS, "Customization", "ChildCustomization"]:
-            variants = [r["$ref"].rsplit("/", 1)[-1] for r in self.defs[u]["oneOf"]
-                        if r.get("$ref")]
-            tag = self.tag_key(variants[0])
-            self.unions[u] = (tag, variants, True)
+        self.unions: dict[str, tuple[str, list[str], bool]] = {}
+        for u in [*CLOSED_UNIONS, *OPEN_STATE_UNIONS]:
+            if u in INLINE_VARIANTS:
+                variants = [name for name, _ in INLINE_VARIANTS[u]]
+            elif u in SCHEMALESS_UNIONS:
+                if u in self.defs:
+                    raise SystemExit(f"{u} is in the schema now: drop it from SCHEMALESS_UNIONS")
+                variants = SCHEMALESS_UNIONS[u]
+            else:
+                branches = self.defs[u]["oneOf"]
+                if not all(b.get("$ref") for b in branches):
+                    raise SystemExit(f"union {u} has inline variants: name them in INLINE_VARIANTS")
+                variants = [b["$ref"].rsplit("/", 1)[-1] for b in branches]
+            tag = UNION_TAGS.get(u) or self.tag_key(variants[0])
+            self.unions[u] = (tag, variants, u not in CLOSED_UNIONS)
         sa_all = []
         for c in self.action_types.values():
             if c == "ChatToolCallConfirmedAction":
@@ -438,19 +465,17 @@ class Gen:
         self.unions["ChatToolCallConfirmedAction"] = (
             "approved", ["ChatToolCallApprovedAction", "ChatToolCallDeniedAction"], False,
         )
-        for u in self.unions:
-            self.module.setdefault(u, self.module.get(u, "common"))
+        # The unions each variant belongs to, to find the enum of a ``const`` tag.
+        self.variant_unions: dict[str, list[str]] = {}
+        for u, (_, variants, _) in self.unions.items():
+            for v in variants:
+                self.variant_unions.setdefault(v, []).append(u)
+        for u, (_, variants, _) in self.unions.items():
+            # A union the layout does not place lives with its first variant.
+            self.module.setdefault(u, self.module[variants[0]])
         for u, (_, _, is_open) in self.unions.items():
             if is_open:
                 self.module[self.unknown_name(u)] = self.module[u]
-
-    @staticmethod
-    def action_value(member: str) -> str:
-        for prefix in sorted(ACTION_CHANNEL_PREFIX.items(), key=lambda kv: -len(kv[1])):
-            if member.startswith(prefix[1]):
-                rest = member[len(prefix[1]):]
-                return f"{prefix[0]}/{rest[0].lower()}{rest[1:]}"
-        raise ValueError(member)
 
     def unknown_name(self, union: str) -> str:
         return UNKNOWN_NAMES.get(union, f"Unknown{union}")
@@ -463,16 +488,19 @@ class Gen:
         raise ValueError(cls)
 
     # -- types -------------------------------------------------------------
-    def enum_member_ref(self, ref: str) -> str | None:
-        if "." in ref:
-            enum, member = ref.split(".", 1)
-            if enum == "ActionType":
-                value = self.action_value(member)
-            else:
-                value = next(v for v in STRING_ENUMS[enum] if member_name(v) ==
-                             member_name(re.sub(r"(?<=[a-z])(?=[A-Z])", "-", member)))
-            return f"{enum}.{member_name(value)}"
+    def field_enum(self, owner: str, wire: str) -> str | None:
+        """The enum whose values a ``const`` (or inline ``enum``) field takes, if any."""
+        if (owner, wire) in FIELD_ENUMS:
+            return FIELD_ENUMS[(owner, wire)]
+        for u in self.variant_unions.get(owner, []):
+            if self.unions[u][0] == wire and u in UNION_TAG_ENUMS:
+                return UNION_TAG_ENUMS[u]
         return None
+
+    def member(self, enum: str, value: str, where: tuple[str, str]) -> str:
+        if value not in STRING_ENUMS[enum]:
+            raise SystemExit(f"{where}: {value!r} is not a value of {enum}; update its table")
+        return f"{enum}.{member_name(value)}"
 
     def py_type(self, owner: str, wire: str, schema: dict[str, Any]) -> tuple[str, str | None]:
         """Return (annotation, literal default) for a property schema."""
@@ -483,28 +511,34 @@ class Gen:
             name = INLINE_NAMES[key]
             self.inline_defs.setdefault(name, schema)
             return name, None
+        consts = ([schema["const"]] if "const" in schema else
+                  [b["const"] for b in schema["oneOf"]]
+                  if "oneOf" in schema and all("const" in b for b in schema["oneOf"]) else
+                  schema["enum"] if schema.get("type") == "string" and "enum" in schema else None)
+        if consts is not None:
+            enum = self.field_enum(owner, wire)
+            tag = wire in ("type", "kind", "status", "state")
+            if enum is None:
+                if tag and len(consts) == 1:
+                    return f'Literal["{consts[0]}"]', f'"{consts[0]}"'
+                if len(consts) == 1:
+                    return "str", f'"{consts[0]}"'
+                return "str", None  # an inline literal union (``Icon.theme``): kept open
+            members = [self.member(enum, c, key) for c in consts]
+            if tag and key not in FIELD_ENUMS:
+                return f"Literal[{', '.join(members)}]", members[0] if len(members) == 1 else None
+            return f"{enum} | str", None
         if "$ref" in schema:
             ref = schema["$ref"].rsplit("/", 1)[-1]
-            member = self.enum_member_ref(ref)
-            if member:
-                return f"Literal[{member}]", member
             if ref in STRING_ENUMS:
-                return f"{ref} | str", None
+                values = STRING_ENUMS[ref]
+                # A one-value enum (``ToolCallRiskAssessmentKind``) defaults to it.
+                return f"{ref} | str", (self.member(ref, values[0], key) if len(values) == 1 else None)
             return ref, None
         if "oneOf" in schema:
-            members = [self.enum_member_ref(r["$ref"].rsplit("/", 1)[-1]) for r in schema["oneOf"]]
-            if all(members) and wire in ("kind", "state", "type"):
-                return f"Literal[{', '.join(m for m in members if m)}]", None
-            if all(members):
-                return members[0].split(".")[0] + " | str", None  # type: ignore[union-attr]
             raise ValueError(key)
         t = schema.get("type")
         if t == "string":
-            enum = schema.get("enum")
-            if enum and len(enum) == 1 and wire in ("type", "kind"):
-                return f'Literal["{enum[0]}"]', f'"{enum[0]}"'
-            if enum and len(enum) == 1:
-                return "str", f'"{enum[0]}"'
             return "str", None
         if t == "number":
             return ("float" if key in FLOAT_FIELDS else "int"), None
@@ -538,7 +572,7 @@ class Gen:
             refs |= set(re.findall(r"[A-Z][A-Za-z0-9]+", ann))
             py = snake(wire)
             meta = "" if camel(py) == wire else f'metadata={{"wire": "{wire}"}}'
-            is_req = wire in required and (name, wire) not in NULLABLE_REQUIRED
+            is_req = wire in required
             unhashable = ann.startswith("Mapping") or ann == "Any" or "Mapping[" in ann
             args = []
             if default is not None:
@@ -647,7 +681,8 @@ class Gen:
         ]
         names["enums"] += ["SessionStatus", "ACTIVITY_MASK"]
         special = {"StringOrMarkdown", "JsonPrimitive", "ChildCustomizationType", "URI",
-                   "JsonRpcErrorCode", "AhpErrorCode", "ProtocolNotification", "ChatAction"}
+                   "JsonRpcErrorCode", "AhpErrorCode", "ProtocolNotification", "ChatAction",
+                   "SessionStatus", *UNTAGGED_ALIASES}
         emitted: set[str] = set()
         pending = [k for k in self.defs if k not in SKIPPED_DEFS and k not in special
                    and k not in STRING_ENUMS and not k.startswith("ActionType")]
@@ -677,6 +712,11 @@ class Gen:
                              "", "", "JsonPrimitive: TypeAlias = Union[str, int, float, bool, None]",
                              '"""A primitive JSON value."""']
         names["common"] += ["URI", "StringOrMarkdown", "JsonPrimitive"]
+        for alias, (value, description) in UNTAGGED_ALIASES.items():
+            mod = self.module[alias]
+            bodies[mod] += ["", "", f"{alias}: TypeAlias = {value}", f'"""{description}"""']
+            refs[mod] |= set(re.findall(r"[A-Z][A-Za-z0-9]+", value)) - {"Union"}
+            names[mod].append(alias)
         for u in union_names:
             mod = self.module[u]
             lines, r = self.union_lines(u)
@@ -775,13 +815,13 @@ from __future__ import annotations
 '''
 
 
-def write(spec: Path) -> None:
+def write(spec: Path, out: Path = OUT, *, quiet: bool = False) -> None:
     g = Gen(spec)
     res = g.build()
     bodies, refs, names = res["bodies"], res["refs"], res["names"]
     version = json.loads((spec / "registry.json").read_text())["protocolVersion"]
     owner = {n: m for m, ns in names.items() for n in ns}
-    OUT.mkdir(parents=True, exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
     for mod in MODULE_ORDER:
         body = "\n".join(bodies[mod])
         used = {r for r in refs[mod] if r in owner and owner[r] != mod}
@@ -838,7 +878,7 @@ def write(spec: Path) -> None:
         text += "\n" + "\n".join(imports) + "\n"
         text += "\n__all__ = [\n" + "".join(f'    "{n}",\n' for n in all_names) + "]\n"
         text += body + "\n"
-        (OUT / f"{mod}.py").write_text(text)
+        (out / f"{mod}.py").write_text(text)
     tag_refs = set(re.findall(r"\b[A-Z][A-Za-z0-9]+\b", "\n".join(res["registry"]))) & owner.keys()
     by_mod: dict[str, list[str]] = {}
     for r in sorted(tag_refs):
@@ -848,7 +888,7 @@ def write(spec: Path) -> None:
     for m in sorted(by_mod, key=MODULE_ORDER.index):
         tag_text += f"from .{m} import (\n" + "".join(f"    {n},\n" for n in by_mod[m]) + ")\n"
     tag_text += "\n".join(res["registry"]) + "\n"
-    (OUT / "_tags.py").write_text(tag_text)
+    (out / "_tags.py").write_text(tag_text)
     init = ['"""Every AHP type, importable from one place.', "",
             "The model is split by channel (``types.chat``, ``types.session``, ...); this",
             "module re-exports all of it.  Generated by ``tools/gen_model.py``; do not edit.",
@@ -878,9 +918,43 @@ def write(spec: Path) -> None:
     ]
     init[6:6] = ["__all__ = ["] + [f'    "{n}",' for n in sorted(every)] + ["]", ""]
     init += [""]
-    (OUT / "__init__.py").write_text("\n".join(init))
-    print(f"wrote {len(MODULE_ORDER)} modules, {len(every)} names")
+    (out / "__init__.py").write_text("\n".join(init))
+    if not quiet:
+        print(f"wrote {len(MODULE_ORDER)} modules, {len(every)} names to {out}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="gen_model.py",
+        description="Generate agenthost_protocol/types/ from the AHP JSON Schemas.",
+    )
+    parser.add_argument(
+        "spec", type=Path, nargs="?", default=BUNDLED_SPEC,
+        help="a spec folder holding schema/*.schema.json and registry.json "
+             "(default: the bundled tests/data/ahp-spec)",
+    )
+    parser.add_argument("--out", type=Path, default=OUT,
+                        help="where to write the modules (default: agenthost_protocol/types)")
+    parser.add_argument("--check", action="store_true",
+                        help="write nothing; exit 1 if --out differs from what would be written")
+    args = parser.parse_args(argv)
+    for needed in [*(f"schema/{f}.schema.json" for f in SCHEMA_FILES), "registry.json"]:
+        if not (args.spec / needed).is_file():
+            parser.error(f"{args.spec / needed} does not exist: SPEC must be a spec folder")
+    if not args.check:
+        write(args.spec, args.out)
+        return 0
+    with tempfile.TemporaryDirectory() as scratch:
+        write(args.spec, Path(scratch), quiet=True)
+        stale = sorted(
+            p.name for p in Path(scratch).iterdir()
+            if not (args.out / p.name).is_file()
+            or (args.out / p.name).read_bytes() != p.read_bytes()
+        )
+    for name in stale:
+        print(f"{args.out / name} differs from the generator's output")
+    return 1 if stale else 0
 
 
 if __name__ == "__main__":
-    write(Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT.parent / "shared" / "ahp-spec")
+    raise SystemExit(main())

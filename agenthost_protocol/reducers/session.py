@@ -33,7 +33,6 @@ from ..types import (
     SessionActiveClientRemovedAction,
     SessionActiveClientSetAction,
     SessionActivityChangedAction,
-    SessionAgentChangedAction,
     SessionChangesetsChangedAction,
     SessionChatAddedAction,
     SessionChatRemovedAction,
@@ -50,7 +49,6 @@ from ..types import (
     SessionLifecycle,
     SessionMcpServerStateChangedAction,
     SessionMetaChangedAction,
-    SessionModelChangedAction,
     SessionReadyAction,
     SessionServerToolsChangedAction,
     SessionState,
@@ -61,7 +59,7 @@ from ..types import (
     UnknownChildCustomization,
     UnknownCustomization,
 )
-from ._clock import Clock, epoch_ms
+from ._clock import Clock
 
 __all__ = ["session_reducer"]
 
@@ -134,14 +132,7 @@ def session_reducer(
                 return state
             return evolve(state, default_chat=default_chat)
         case SessionTitleChangedAction(title=title):
-            summary = evolve(state.summary, title=title, modified_at=epoch_ms(now))
-            return evolve(state, summary=summary)
-        case SessionModelChangedAction(model=model):
-            summary = evolve(state.summary, model=model, modified_at=epoch_ms(now))
-            return evolve(state, summary=summary)
-        case SessionAgentChangedAction(agent=agent):
-            summary = evolve(state.summary, agent=agent, modified_at=epoch_ms(now))
-            return evolve(state, summary=summary)
+            return state if state.title == title else evolve(state, title=title)
         case SessionServerToolsChangedAction(tools=tools):
             if state.server_tools == tools:
                 return state
@@ -176,9 +167,9 @@ def session_reducer(
         case SessionIsArchivedChangedAction(is_archived=is_archived):
             return _with_status_flag(state, SessionStatus.IS_ARCHIVED, is_archived)
         case SessionActivityChangedAction(activity=activity):
-            if state.summary.activity == activity:
+            if state.activity == activity:
                 return state
-            return evolve(state, summary=evolve(state.summary, activity=activity))
+            return evolve(state, activity=activity)
         case SessionChangesetsChangedAction(changesets=changesets):
             if state.changesets == changesets:
                 return state
@@ -188,11 +179,7 @@ def session_reducer(
             if config is None:
                 return state
             merged = dict(values) if replace else {**config.values, **values}
-            return evolve(
-                state,
-                config=evolve(config, values=merged),
-                summary=evolve(state.summary, modified_at=epoch_ms(now)),
-            )
+            return evolve(state, config=evolve(config, values=merged))
         case SessionMetaChangedAction(meta=meta):
             if state.meta == meta:
                 return state
@@ -235,11 +222,11 @@ def _patch_chat(chat: ChatSummary, changes: PartialChatSummary) -> ChatSummary:
 
 def _with_status_flag(state: SessionState, flag: SessionStatus, on: bool) -> SessionState:
     # Integer arithmetic keeps status bits this library does not know.
-    old = int(state.summary.status)
+    old = int(state.status)
     new = old | int(flag) if on else old & ~int(flag)
     if new == old:
         return state
-    return evolve(state, summary=evolve(state.summary, status=SessionStatus(new)))
+    return evolve(state, status=SessionStatus(new))
 
 
 def _customization_id(entry: Customization | ChildCustomization) -> object:

@@ -11,10 +11,15 @@ host uses them to never send a peer something its negotiated version does not
 know (:func:`filter_envelope_for_version`, :func:`filter_notification_for_version`,
 or a :class:`PeerProfile` built from the handshake).
 
-The registry records introductions only, never removals, exactly like the
-spec's ``types/version/registry.ts``: a 0.3.0 peer "knows"
-``session/titleChanged``, but the 0.3.0-era turn actions (``session/turnStarted``
-and friends) are not part of this model at all.
+The registry records introductions only, never removals or shape changes,
+exactly like the spec's ``types/version/registry.ts``: ``chat/draftChanged`` is
+"0.5.0" although 0.5.0 itself is no longer supported, and a 0.6.0 peer
+"knows" ``chat/turnStarted`` although its ``startedAt`` only became required
+in a later release.  The wire differences between supported versions are
+listed by ``agenthost-protocol compat`` (``docs/versioning.md``).
+
+The registry block below is generated from the bundled ``registry.json`` by
+``tools/gen_registry.py``.
 
 :class:`~agenthost_protocol.types.UnknownAction` (an action whose type this
 library does not know) is treated as unknown to *every* version, whatever its
@@ -26,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from enum import Enum
 from functools import lru_cache
+from types import MappingProxyType
 from typing import Any, Final, TypeAlias, TypeVar
 
 from attrs import field, frozen
@@ -69,13 +75,14 @@ __all__ = [
     "select_version_from_supported",
 ]
 
-PROTOCOL_VERSION: Final = "0.5.0"
+# BEGIN GENERATED REGISTRY (tools/gen_registry.py; do not edit)
+PROTOCOL_VERSION: Final = "0.7.0"
 """The AHP version this library implements."""
 
-SUPPORTED_PROTOCOL_VERSIONS: Final[tuple[str, ...]] = ("0.5.0", "0.4.0", "0.3.0")
+SUPPORTED_PROTOCOL_VERSIONS: Final[tuple[str, ...]] = ("0.7.0", "0.6.0", "0.5.2", "0.5.1")
 """Versions this library can speak, most preferred first."""
 
-ACTION_INTRODUCED_IN: Final[dict[str, str]] = {
+ACTION_INTRODUCED_IN: Final[Mapping[str, str]] = MappingProxyType({
     "root/agentsChanged": "0.1.0",
     "root/activeSessionsChanged": "0.1.0",
     "session/ready": "0.1.0",
@@ -85,16 +92,20 @@ ACTION_INTRODUCED_IN: Final[dict[str, str]] = {
     "session/chatUpdated": "0.4.0",
     "session/defaultChatChanged": "0.4.0",
     "session/titleChanged": "0.1.0",
-    "session/modelChanged": "0.1.0",
-    "session/agentChanged": "0.2.0",
     "session/serverToolsChanged": "0.1.0",
     "session/activeClientSet": "0.5.0",
     "session/activeClientRemoved": "0.5.0",
+    "session/workingDirectorySet": "0.7.0",
+    "session/workingDirectoryRemoved": "0.7.0",
+    "session/inputNeededSet": "0.5.1",
+    "session/inputNeededRemoved": "0.5.1",
     "session/customizationsChanged": "0.1.0",
     "session/customizationToggled": "0.1.0",
     "session/customizationUpdated": "0.1.0",
     "session/customizationRemoved": "0.2.0",
     "session/mcpServerStateChanged": "0.3.0",
+    "session/mcpServerStartRequested": "0.5.2",
+    "session/mcpServerStopRequested": "0.5.2",
     "session/isReadChanged": "0.1.0",
     "session/isArchivedChanged": "0.1.0",
     "session/activityChanged": "0.1.0",
@@ -111,21 +122,29 @@ ACTION_INTRODUCED_IN: Final[dict[str, str]] = {
     "chat/toolCallComplete": "0.4.0",
     "chat/toolCallResultConfirmed": "0.4.0",
     "chat/toolCallContentChanged": "0.4.0",
+    "chat/toolCallAuthRequired": "0.6.0",
+    "chat/toolCallAuthResolved": "0.6.0",
     "chat/turnComplete": "0.4.0",
     "chat/turnCancelled": "0.4.0",
     "chat/error": "0.4.0",
+    "chat/activityChanged": "0.5.0",
+    "chat/workingDirectorySet": "0.7.0",
+    "chat/workingDirectoryRemoved": "0.7.0",
     "chat/usage": "0.4.0",
     "chat/reasoning": "0.4.0",
     "chat/pendingMessageSet": "0.4.0",
     "chat/pendingMessageRemoved": "0.4.0",
     "chat/queuedMessagesReordered": "0.4.0",
+    "chat/draftChanged": "0.5.0",
     "chat/inputRequested": "0.4.0",
     "chat/inputAnswerChanged": "0.4.0",
     "chat/inputCompleted": "0.4.0",
     "chat/truncated": "0.4.0",
+    "chat/turnsLoaded": "0.5.1",
     "changeset/statusChanged": "0.2.0",
     "changeset/fileSet": "0.2.0",
     "changeset/fileRemoved": "0.2.0",
+    "changeset/filesReviewChanged": "0.6.0",
     "changeset/contentChanged": "0.4.0",
     "changeset/operationsChanged": "0.2.0",
     "changeset/operationStatusChanged": "0.3.0",
@@ -149,21 +168,22 @@ ACTION_INTRODUCED_IN: Final[dict[str, str]] = {
     "terminal/commandExecuted": "0.1.0",
     "terminal/commandFinished": "0.1.0",
     "resourceWatch/changed": "0.2.0",
-}
-"""Action ``type`` -> the protocol version that introduced it (all 73)."""
+})
+"""Action ``type`` -> the protocol version that introduced it (all 85)."""
 
-NOTIFICATION_INTRODUCED_IN: Final[dict[str, str]] = {
+NOTIFICATION_INTRODUCED_IN: Final[Mapping[str, str]] = MappingProxyType({
     "root/sessionAdded": "0.1.0",
     "root/sessionRemoved": "0.1.0",
     "root/sessionSummaryChanged": "0.1.0",
+    "root/progress": "0.5.0",
     "auth/required": "0.1.0",
     "otlp/exportLogs": "0.2.0",
     "otlp/exportTraces": "0.2.0",
     "otlp/exportMetrics": "0.2.0",
-}
+})
 """Notification method -> introducing version (``action`` is versioned per action type)."""
 
-IS_CLIENT_DISPATCHABLE: Final[dict[str, bool]] = {
+IS_CLIENT_DISPATCHABLE: Final[Mapping[str, bool]] = MappingProxyType({
     "root/agentsChanged": False,
     "root/activeSessionsChanged": False,
     "root/terminalsChanged": False,
@@ -175,16 +195,20 @@ IS_CLIENT_DISPATCHABLE: Final[dict[str, bool]] = {
     "session/chatUpdated": False,
     "session/defaultChatChanged": False,
     "session/titleChanged": True,
-    "session/modelChanged": True,
-    "session/agentChanged": True,
     "session/serverToolsChanged": False,
     "session/activeClientSet": True,
     "session/activeClientRemoved": True,
+    "session/workingDirectorySet": True,
+    "session/workingDirectoryRemoved": True,
+    "session/inputNeededSet": False,
+    "session/inputNeededRemoved": False,
     "session/customizationsChanged": False,
     "session/customizationToggled": True,
     "session/customizationUpdated": False,
     "session/customizationRemoved": False,
     "session/mcpServerStateChanged": False,
+    "session/mcpServerStartRequested": True,
+    "session/mcpServerStopRequested": True,
     "session/isReadChanged": True,
     "session/isArchivedChanged": True,
     "session/activityChanged": False,
@@ -201,21 +225,29 @@ IS_CLIENT_DISPATCHABLE: Final[dict[str, bool]] = {
     "chat/toolCallComplete": True,
     "chat/toolCallResultConfirmed": True,
     "chat/toolCallContentChanged": True,
+    "chat/toolCallAuthRequired": False,
+    "chat/toolCallAuthResolved": False,
     "chat/turnComplete": False,
     "chat/turnCancelled": True,
     "chat/error": False,
+    "chat/activityChanged": False,
+    "chat/workingDirectorySet": True,
+    "chat/workingDirectoryRemoved": True,
     "chat/usage": False,
     "chat/reasoning": False,
     "chat/pendingMessageSet": True,
     "chat/pendingMessageRemoved": True,
     "chat/queuedMessagesReordered": True,
+    "chat/draftChanged": True,
     "chat/inputRequested": False,
     "chat/inputAnswerChanged": True,
     "chat/inputCompleted": True,
     "chat/truncated": True,
+    "chat/turnsLoaded": False,
     "changeset/statusChanged": False,
     "changeset/fileSet": False,
     "changeset/fileRemoved": False,
+    "changeset/filesReviewChanged": True,
     "changeset/contentChanged": False,
     "changeset/operationsChanged": False,
     "changeset/operationStatusChanged": False,
@@ -237,12 +269,13 @@ IS_CLIENT_DISPATCHABLE: Final[dict[str, bool]] = {
     "terminal/commandExecuted": False,
     "terminal/commandFinished": False,
     "resourceWatch/changed": False,
-}
-"""Action ``type`` -> whether a client may dispatch it (32 of 73 may)."""
+})
+"""Action ``type`` -> whether a client may dispatch it (38 of 85 may)."""
+# END GENERATED REGISTRY
 
-CAPABILITY_INTRODUCED_IN: Final[dict[str, str]] = {
+CAPABILITY_INTRODUCED_IN: Final[Mapping[str, str]] = MappingProxyType({
     "mcpApps": "0.3.0",
-}
+})
 """``ClientCapabilities`` wire field -> the version that introduced it."""
 
 _ACTION_METHOD: Final = "action"
@@ -322,7 +355,7 @@ def is_action_known_to_version(action: ActionLike, version: str) -> bool:
 def is_notification_known_to_version(method: str, version: str) -> bool:
     """Whether a peer speaking ``version`` knows the server notification ``method``.
 
-    The seven protocol notifications are looked up in
+    The eight protocol notifications are looked up in
     :data:`NOTIFICATION_INTRODUCED_IN`.  ``action`` exists in every version
     and so is known, but what it carries is versioned per action type: filter
     its envelope with :func:`filter_envelope_for_version` (or call
@@ -518,7 +551,7 @@ class Feature(str, Enum):
     """``SessionState.activeClients`` and ``session/activeClientSet`` / ``activeClientRemoved``."""
 
 
-FEATURE_INTRODUCED_IN: Final[dict[Feature, str]] = {
+FEATURE_INTRODUCED_IN: Final[Mapping[Feature, str]] = MappingProxyType({
     Feature.CHANGESETS: ACTION_INTRODUCED_IN["changeset/statusChanged"],
     Feature.RESOURCE_WATCH: ACTION_INTRODUCED_IN["resourceWatch/changed"],
     Feature.TELEMETRY: NOTIFICATION_INTRODUCED_IN["otlp/exportLogs"],
@@ -527,10 +560,10 @@ FEATURE_INTRODUCED_IN: Final[dict[Feature, str]] = {
     Feature.CHAT_CHANNELS: ACTION_INTRODUCED_IN["chat/turnStarted"],
     Feature.ANNOTATIONS: ACTION_INTRODUCED_IN["annotations/set"],
     Feature.MULTIPLE_ACTIVE_CLIENTS: ACTION_INTRODUCED_IN["session/activeClientSet"],
-}
+})
 """Feature -> the first version that has it (derived from the registry maps)."""
 
-_CAPABILITY_GATED: Final[dict[Feature, str]] = {Feature.MCP_APPS: "mcp_apps"}
+_CAPABILITY_GATED: Final[Mapping[Feature, str]] = MappingProxyType({Feature.MCP_APPS: "mcp_apps"})
 """Feature -> the ``ClientCapabilities`` attribute the client must set."""
 
 

@@ -192,7 +192,6 @@ _ACTION_TAGS: dict[str, Any] = {
 }
 _STATE_ACTION_MEMBERS = frozenset(get_args(t.StateAction))
 _SNAPSHOT_STATES = frozenset(get_args(t.SnapshotState))
-_STRING_OR_MARKDOWN = frozenset(get_args(t.StringOrMarkdown))
 _JSON_PRIMITIVE = frozenset(get_args(t.JsonPrimitive)) - {_NoneType}
 
 # Shape detection order of the Rust SDK: the most specific required keys first.
@@ -205,8 +204,8 @@ _SHAPE_ORDER = (
 _PROTOCOL_NOTIFICATION = frozenset(get_args(t.ProtocolNotification))
 # Most required keys first; the three OTLP params share one shape.
 _NOTIFICATION_SHAPES = (
-    t.SessionSummaryChangedParams, t.SessionAddedParams, t.SessionRemovedParams,
-    t.AuthRequiredParams,
+    t.SessionSummaryChangedParams, t.ProgressParams, t.SessionAddedParams,
+    t.SessionRemovedParams, t.AuthRequiredParams,
 )
 
 
@@ -269,17 +268,23 @@ class _Codec:
             return self._tagged(tag_key, tags, unknown)
         if key == _SNAPSHOT_STATES:
             return lambda value, _: self.structure_state_by_shape(value)
-        if key == _STRING_OR_MARKDOWN:
-            md = c.get_structure_hook(t.MarkdownString)
+        structs = [m for m in members if attrs.has(m)]
+        if len(members) == 2 and str in members and len(structs) == 1:
+            # ``StringOrMarkdown``, ``ToolInput``: told apart by JSON type.
+            (struct_cls,) = structs
+            struct_hook = c.get_structure_hook(struct_cls)
+            what = "a string or {markdown}" if struct_cls is t.MarkdownString else (
+                f"a string or a {struct_cls.__name__} object"
+            )
 
-            def string_or_markdown(value: Any, _: Any) -> Any:
+            def string_or_struct(value: Any, _: Any) -> Any:
                 if isinstance(value, str):
                     return value
                 if isinstance(value, dict):
-                    return md(value, t.MarkdownString)
-                raise _expected("a string or {markdown}", value)
+                    return struct_hook(value, struct_cls)
+                raise _expected(what, value)
 
-            return string_or_markdown
+            return string_or_struct
         if key == _JSON_PRIMITIVE:
 
             def primitive(value: Any, _: Any) -> Any:

@@ -1,6 +1,8 @@
 """The reducer of a changeset channel (``ChangesetState``).
 
-Spec: seven ``changeset/*`` actions, all server-only.  ``error`` fields are
+Spec: eight ``changeset/*`` actions, all server-only except
+``changeset/filesReviewChanged`` (0.6.0), the review toggle a client applies
+optimistically.  ``error`` fields are
 kept only while the matching status is ``error``: a transition to any other
 status removes them.  Files are keyed by ``ChangesetFile.id`` and operations
 by ``ChangesetOperation.id``.
@@ -20,6 +22,7 @@ from ..types import (
     ChangesetContentChangedAction,
     ChangesetFileRemovedAction,
     ChangesetFileSetAction,
+    ChangesetFilesReviewChangedAction,
     ChangesetOperationsChangedAction,
     ChangesetOperationStatus,
     ChangesetOperationStatusChangedAction,
@@ -76,6 +79,18 @@ def changeset_reducer(
             if len(kept) == len(state.files):
                 return state
             return evolve(state, files=kept)
+        case ChangesetFilesReviewChangedAction(files=file_ids, reviewed=reviewed):
+            # An absent ``reviewed`` counts as different, so ``false`` is written out.
+            wanted = set(file_ids)
+            reviewed_files = tuple(
+                evolve(file, reviewed=reviewed)
+                if file.id in wanted and file.reviewed is not reviewed
+                else file
+                for file in state.files
+            )
+            if all(new is old for new, old in zip(reviewed_files, state.files, strict=True)):
+                return state
+            return evolve(state, files=reviewed_files)
         case ChangesetContentChangedAction(files=files, operations=operations, error=error):
             new_operations = state.operations if operations is None else operations
             if state.files == files and state.operations == new_operations and state.error == error:

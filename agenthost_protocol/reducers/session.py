@@ -1,20 +1,29 @@
 """The reducer of a session channel ``ahp-session:/<id>`` (``SessionState``).
 
-Spec: 23 ``session/*`` actions covering the lifecycle, the summary (title,
-model, agent, read/archived flags, activity), the chat catalogue, active
-clients, customizations, the changeset catalogue, config and ``_meta``.
-Turns live on chat channels since 0.4.0, so nothing here recomputes the
-activity bits of ``summary.status``.
+Spec: the 27 ``session/*`` actions of AHP 0.7.0 covering the lifecycle, the
+session metadata (title, read/archived flags, activity, working
+directories), the chat catalogue, active clients, the ``inputNeeded``
+aggregate, customizations and their MCP servers, the changeset catalogue,
+config and ``_meta``.  ``SessionState`` is flat since 0.5.0 (no ``summary``).
 
-``summary.modifiedAt`` (epoch milliseconds from the clock) is touched by
-``session/titleChanged``, ``session/modelChanged``, ``session/agentChanged``
-and an applied ``session/configChanged``; by nothing else.
+Rules worth knowing (inventory §2.2):
+
+* The session reducer never stamps a time: ``SessionState`` has no timestamp.
+* Only ``inputNeededSet``/``Removed`` touch the activity bits of ``status``
+  (``Removed`` emptying the list clears only bit 16, so 24 becomes 8), and
+  only ``isReadChanged``/``isArchivedChanged`` touch its flags.
+* Customizations are two levels deep: top-level entries first, then the
+  children of the containers (plugins and directories).  A toggle changes the
+  first matching child of the first container that has one; a removal drops
+  the first matching child of every container; MCP-server actions address a
+  top-level entry (which must then be an MCP server) or else the matching
+  MCP-server child of every container.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Final, TypeVar, get_args
+from typing import Any, Final, TypeVar, cast, get_args
 
 import attrs
 from attrs import evolve
@@ -44,26 +53,37 @@ from ..types import (
     SessionCustomizationToggledAction,
     SessionCustomizationUpdatedAction,
     SessionDefaultChatChangedAction,
+    SessionInputNeededRemovedAction,
+    SessionInputNeededSetAction,
+    SessionInputRequest,
     SessionIsArchivedChangedAction,
     SessionIsReadChangedAction,
     SessionLifecycle,
+    SessionMcpServerStartRequestedAction,
     SessionMcpServerStateChangedAction,
+    SessionMcpServerStopRequestedAction,
     SessionMetaChangedAction,
     SessionReadyAction,
     SessionServerToolsChangedAction,
     SessionState,
     SessionStatus,
     SessionTitleChangedAction,
+    SessionWorkingDirectoryRemovedAction,
+    SessionWorkingDirectorySetAction,
     StateAction,
     UnknownAction,
     UnknownChildCustomization,
     UnknownCustomization,
+    UnknownSessionInputRequest,
 )
+from ..types.customizations import McpServerStartingState, McpServerStoppedState
+from ..types.enums import ACTIVITY_MASK
 from ._clock import Clock
 
 __all__ = ["session_reducer"]
 
 _T = TypeVar("_T")
+_E = TypeVar("_E", bound="Customization | ChildCustomization")
 
 _SESSION_ACTIONS: Final = tuple(get_args(SessionAction))
 
@@ -92,8 +112,8 @@ def session_reducer(
     Pure: ``state`` is never modified.  Actions of other channels and
     :class:`~agenthost_protocol.types.UnknownAction` (after calling
     ``on_unknown``) return ``state`` itself, as does every action that changes
-    nothing.  ``now`` supplies ``summary.modifiedAt`` (epoch milliseconds;
-    the wall clock when ``None``).
+    nothing.  ``now`` is accepted for a uniform signature: no session action
+    carries a timestamp.
     """
     if not _is_session_action(action):
         return state
@@ -147,6 +167,26 @@ def session_reducer(
             if len(kept_clients) == len(state.active_clients):
                 return state
             return evolve(state, active_clients=kept_clients)
+        case SessionWorkingDirectorySetAction(directory=directory):
+            directories = state.working_directories or ()
+            if directory in directories:
+                return state
+            return evolve(state, working_directories=(*directories, directory))
+        case SessionWorkingDirectoryRemovedAction(directory=directory):
+            # The array stays, possibly empty: the key is not deleted.
+            present = state.working_directories
+            if present is None or directory not in present:
+                return state
+            index = present.index(directory)
+            return evolve(state, working_directories=(*present[:index], *present[index + 1 :]))
+        case SessionInputNeededSetAction(request=request):
+            needed = _upsert(state.input_needed or (), request, _request_id)
+            status = _with_activity(state.status, SessionStatus.INPUT_NEEDED)
+            if needed is state.input_needed and status is state.status:
+                return state
+            return evolve(state, input_needed=needed, status=status)
+        case SessionInputNeededRemovedAction(id=request_id):
+            return _input_needed_removed(state, request_id)
         case SessionCustomizationsChangedAction(customizations=customizations):
             if state.customizations == customizations:
                 return state
@@ -162,6 +202,10 @@ def session_reducer(
             return _remove_customization(state, target)
         case SessionMcpServerStateChangedAction(id=target, state=server_state, channel=channel):
             return _set_mcp_server_state(state, target, server_state, channel)
+        case SessionMcpServerStartRequestedAction(id=target):
+            return _set_mcp_server_state(state, target, McpServerStartingState(), None)
+        case SessionMcpServerStopRequestedAction(id=target):
+            return _set_mcp_server_state(state, target, McpServerStoppedState(), None)
         case SessionIsReadChangedAction(is_read=is_read):
             return _with_status_flag(state, SessionStatus.IS_READ, is_read)
         case SessionIsArchivedChangedAction(is_archived=is_archived):
@@ -229,16 +273,50 @@ def _with_status_flag(state: SessionState, flag: SessionStatus, on: bool) -> Ses
     return evolve(state, status=SessionStatus(new))
 
 
+def _with_activity(status: SessionStatus, activity: SessionStatus) -> SessionStatus:
+    """``status`` with its activity bits replaced; flags (and unknown bits) kept."""
+    value = (int(status) & ~ACTIVITY_MASK) | int(activity)
+    return status if value == int(status) else SessionStatus(value)
+
+
+def _request_id(request: SessionInputRequest) -> object:
+    if isinstance(request, UnknownSessionInputRequest):
+        return request.raw.get("id")
+    return request.id
+
+
+def _input_needed_removed(state: SessionState, request_id: str) -> SessionState:
+    needed = state.input_needed
+    if needed is None:
+        return state
+    kept = tuple(request for request in needed if _request_id(request) != request_id)
+    if len(kept) == len(needed):
+        return state
+    if kept:
+        status = _with_activity(state.status, SessionStatus.INPUT_NEEDED)
+    else:
+        # Only bit 4 is cleared: InputNeeded (24) falls back to InProgress (8),
+        # any other activity value stays (the reference's rule, inventory §2.2).
+        value = int(state.status) & ~16
+        status = state.status if value == int(state.status) else SessionStatus(value)
+    return evolve(state, input_needed=kept or None, status=status)
+
+
 def _customization_id(entry: Customization | ChildCustomization) -> object:
     if isinstance(entry, (UnknownCustomization, UnknownChildCustomization)):
         return entry.raw.get("id")
     return entry.id
 
 
-def _children(entry: Customization) -> tuple[ChildCustomization, ...]:
-    if isinstance(entry, (PluginCustomization, DirectoryCustomization)):
-        return entry.children or ()
-    return ()
+def _with_enabled(entry: _E, enabled: bool) -> _E:
+    """``entry`` with ``enabled`` set (``entry`` itself when it already is)."""
+    if isinstance(entry, (UnknownCustomization, UnknownChildCustomization)):
+        if entry.raw.get("enabled") is enabled:
+            return entry
+        return cast(_E, evolve(entry, raw={**entry.raw, "enabled": enabled}))
+    if getattr(entry, "enabled", None) is enabled:
+        return entry
+    return evolve(entry, enabled=enabled)
 
 
 def _toggle_customization(state: SessionState, target: str, enabled: bool) -> SessionState:
@@ -246,19 +324,53 @@ def _toggle_customization(state: SessionState, target: str, enabled: bool) -> Se
     if items is None:
         return state
     for index, entry in enumerate(items):
-        if _customization_id(entry) != target:
+        if _customization_id(entry) == target:
+            toggled = _with_enabled(entry, enabled)
+            if toggled is entry:
+                return state
+            return evolve(state, customizations=_replace_at(items, index, toggled))
+    for index, entry in enumerate(items):
+        if not isinstance(entry, (PluginCustomization, DirectoryCustomization)):
             continue
-        toggled: Customization
-        if isinstance(entry, UnknownCustomization):
-            if entry.raw.get("enabled") == enabled:
-                return state
-            toggled = evolve(entry, raw={**entry.raw, "enabled": enabled})
-        else:
-            if entry.enabled == enabled:
-                return state
-            toggled = evolve(entry, enabled=enabled)
-        return evolve(state, customizations=_replace_at(items, index, toggled))
+        children = entry.children or ()
+        for child_index, child in enumerate(children):
+            if _customization_id(child) == target:
+                toggled_child = _with_enabled(child, enabled)
+                if toggled_child is child:
+                    return state
+                container = evolve(
+                    entry, children=_replace_at(children, child_index, toggled_child)
+                )
+                return evolve(state, customizations=_replace_at(items, index, container))
     return state
+
+
+def _map_children(
+    items: tuple[Customization, ...],
+    target: str,
+    change: Callable[[tuple[ChildCustomization, ...], int], tuple[ChildCustomization, ...]],
+) -> tuple[Customization, ...]:
+    """Apply ``change`` to the first child with id ``target`` in every container.
+
+    ``change(children, index)`` returns the new children (``children`` itself
+    for no change).  Returns ``items`` itself when no container changed.
+    """
+    changed = False
+    out: list[Customization] = []
+    for entry in items:
+        new_entry = entry
+        if isinstance(entry, (PluginCustomization, DirectoryCustomization)) and entry.children:
+            children = entry.children
+            index = next(
+                (i for i, child in enumerate(children) if _customization_id(child) == target), -1
+            )
+            if index >= 0:
+                new_children = change(children, index)
+                if new_children is not children:
+                    new_entry = evolve(entry, children=new_children)
+                    changed = True
+        out.append(new_entry)
+    return tuple(out) if changed else items
 
 
 def _remove_customization(state: SessionState, target: str) -> SessionState:
@@ -268,17 +380,8 @@ def _remove_customization(state: SessionState, target: str) -> SessionState:
     for index, entry in enumerate(items):
         if _customization_id(entry) == target:
             return evolve(state, customizations=(*items[:index], *items[index + 1 :]))
-    for index, entry in enumerate(items):
-        if not isinstance(entry, (PluginCustomization, DirectoryCustomization)):
-            continue
-        children = _children(entry)
-        for child_index, child in enumerate(children):
-            if _customization_id(child) == target:
-                kept = (*children[:child_index], *children[child_index + 1 :])
-                return evolve(
-                    state, customizations=_replace_at(items, index, evolve(entry, children=kept))
-                )
-    return state
+    kept = _map_children(items, target, lambda children, i: (*children[:i], *children[i + 1 :]))
+    return state if kept is items else evolve(state, customizations=kept)
 
 
 def _set_mcp_server_state(
@@ -288,28 +391,27 @@ def _set_mcp_server_state(
     if items is None:
         return state
 
-    def updated(entry: Customization | ChildCustomization) -> McpServerCustomization | None:
-        # None: the entry with the id is not an MCP server, so nothing changes.
+    def updated(entry: _E) -> _E:
+        # Only an MCP server has a state; any other entry is left as it is.
         if not isinstance(entry, McpServerCustomization):
-            return None
+            return entry
         if entry.state == server_state and entry.channel == channel:
             return entry
-        return evolve(entry, state=server_state, channel=channel)
+        return cast(_E, evolve(entry, state=server_state, channel=channel))
 
     for index, entry in enumerate(items):
         if _customization_id(entry) == target:
+            # A top-level entry with the id decides alone; children are not searched.
             server = updated(entry)
-            if server is None or server is entry:
+            if server is entry:
                 return state
             return evolve(state, customizations=_replace_at(items, index, server))
-        if not isinstance(entry, (PluginCustomization, DirectoryCustomization)):
-            continue
-        children = _children(entry)
-        for child_index, child in enumerate(children):
-            if _customization_id(child) == target:
-                server = updated(child)
-                if server is None or server is child:
-                    return state
-                container = evolve(entry, children=_replace_at(children, child_index, server))
-                return evolve(state, customizations=_replace_at(items, index, container))
-    return state
+
+    def change(children: tuple[ChildCustomization, ...], i: int) -> tuple[ChildCustomization, ...]:
+        server = updated(children[i])
+        if server is children[i]:
+            return children
+        return _replace_at(children, i, server)
+
+    servers = _map_children(items, target, change)
+    return state if servers is items else evolve(state, customizations=servers)

@@ -1,8 +1,8 @@
 """The AHP method table: every JSON-RPC method, its direction, params and result types.
 
-37 method names: 27 client-to-server requests, 10 server-to-client requests
+38 method names: 27 client-to-server requests, 10 server-to-client requests
 (the nine ``resource*`` commands and ``createResourceWatch``, which either
-peer may send), 2 client notifications and 8 server notifications.
+peer may send), 2 client notifications and 9 server notifications.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from .types import (
     InvokeChangesetOperationResult,
     ListSessionsParams,
     ListSessionsResult,
+    ProgressParams,
     OtlpExportLogsParams,
     OtlpExportMetricsParams,
     OtlpExportTracesParams,
@@ -160,6 +161,7 @@ METHODS: Final[dict[str, Method]] = {
         _note("root/sessionAdded", SessionAddedParams, _S2C),
         _note("root/sessionRemoved", SessionRemovedParams, _S2C),
         _note("root/sessionSummaryChanged", SessionSummaryChangedParams, _S2C),
+        _note("root/progress", ProgressParams, _S2C),
         _note("auth/required", AuthRequiredParams, _S2C),
         _note("otlp/exportLogs", OtlpExportLogsParams, _S2C),
         _note("otlp/exportTraces", OtlpExportTracesParams, _S2C),

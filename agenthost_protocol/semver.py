@@ -57,7 +57,10 @@ _MAX_TEXT: Final = 1024
 the limit keeps every number far below ``int()``'s digit limit."""
 
 _NUMBER: Final = r"(?:0|[1-9][0-9]*)"
-_VERSION_RE: Final = re.compile(rf"({_NUMBER})\.({_NUMBER})\.({_NUMBER})")
+# A protocol version is parsed as the spec's ``parseSemver`` does: the JS
+# ``^(\d+)\.(\d+)\.(\d+)$`` (ASCII digits, leading zeros accepted, no trailing
+# newline), so "0.07.0" is 0.7.0.  Used with ``fullmatch``, never ``$``.
+_VERSION_RE: Final = re.compile(r"([0-9]+)\.([0-9]+)\.([0-9]+)")
 _PART: Final = rf"(?:{_NUMBER}|[xX*])"
 _PARTIAL_RE: Final = re.compile(rf"[vV]?({_PART})(?:\.({_PART})(?:\.({_PART}))?)?")
 _COMPARATOR_RE: Final = re.compile(r"(~>|~|\^|<=|>=|<|>|=)?\s*(\S*)")
@@ -96,11 +99,13 @@ class Version:
 
 
 def parse_version(text: str) -> Version:
-    """Parse a strict SemVer core such as ``"0.5.0"``.
+    """Parse a protocol version such as ``"0.7.0"``, by the spec's rule.
 
-    Three decimal (ASCII) integers without leading zeros, separated by dots,
-    nothing else: no ``v`` prefix, no whitespace, no pre-release or build
-    part.  Raises :class:`InvalidVersion` otherwise (also for non-strings).
+    Three decimal integers of ASCII digits separated by dots, nothing else:
+    no ``v`` prefix, no whitespace or trailing newline, no pre-release or build
+    part.  Leading zeros are accepted and ignored, as the reference's
+    ``Number()`` conversion does (``"0.07.0"`` is 0.7.0).  Raises
+    :class:`InvalidVersion` otherwise (also for non-strings).
     """
     if not isinstance(text, str) or len(text) > _MAX_TEXT:
         raise _invalid("protocol version", text)

@@ -22,7 +22,7 @@ def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, list
 
 def test_conformance_on_the_bundled_corpus(capsys: pytest.CaptureFixture[str]) -> None:
     code, out = _run(["conformance"], capsys)
-    assert out == ["214 passed, 0 failed"]
+    assert out == ["286 passed, 0 failed"]
     assert code == 0
 
 
@@ -86,12 +86,13 @@ def test_reduce_lines() -> None:
 
 def test_reduce_uses_the_given_clock() -> None:
     line = json.dumps({
-        "reducer": "session", "now": 123456,
-        "initial": {"lifecycle": "ready", "activeClients": [], "chats": [],
-                    "summary": {"resource": "ahp-session:/s", "provider": "p", "title": "a",
-                                "status": 1, "createdAt": 0, "modifiedAt": 0}},
-        "actions": [{"type": "session/titleChanged", "title": "b"}]})
-    assert cli.reduce_line(line)["state"]["summary"]["modifiedAt"] == 123456
+        "reducer": "chat", "now": 123456,
+        "initial": {"resource": "ahp-chat:/c", "title": "a", "status": 1,
+                    "modifiedAt": "1970-01-01T00:00:00.000Z", "turns": []},
+        "actions": [{"type": "chat/turnStarted", "turnId": "t1",
+                     "startedAt": "1970-01-01T00:00:01.000Z",
+                     "message": {"text": "hi", "origin": {"kind": "user"}}}]})
+    assert cli.reduce_line(line)["state"]["modifiedAt"] == "1970-01-01T00:02:03.456Z"
 
 
 def test_console_script_module_runs() -> None:
@@ -100,7 +101,7 @@ def test_console_script_module_runs() -> None:
         capture_output=True, text=True, check=False,
     )
     assert proc.returncode == 0
-    assert proc.stdout.strip() == "214 passed, 0 failed"
+    assert proc.stdout.strip() == "286 passed, 0 failed"
 
 
 def test_compat_subcommand(capsys: pytest.CaptureFixture[str]) -> None:

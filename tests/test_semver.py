@@ -52,6 +52,15 @@ def test_numeric_not_lexicographic() -> None:
     assert parse_version("10.0.0") > parse_version("9.99.99")
 
 
+@pytest.mark.parametrize(("text", "value"), [("01.2.3", (1, 2, 3)), ("1.02.3", (1, 2, 3)),
+                                              ("0.07.0", (0, 7, 0)), ("000.0.00", (0, 0, 0))])
+def test_leading_zeros_are_accepted_as_the_reference_does(
+    text: str, value: tuple[int, int, int]
+) -> None:
+    # The spec's parseSemver matches ^(\d+)\.(\d+)\.(\d+)$ and converts with Number().
+    assert parse_version(text) == Version(*value)
+
+
 @pytest.mark.parametrize(
     "text",
     [
@@ -59,9 +68,6 @@ def test_numeric_not_lexicographic() -> None:
         "1",
         "1.2",
         "1.2.3.4",
-        "01.2.3",
-        "1.02.3",
-        "1.2.03",
         "v1.2.3",
         " 1.2.3",
         "1.2.3 ",

@@ -24,14 +24,19 @@ from agenthost_protocol.types import (
     ActionOrigin,
     ActionType,
     ChangesetClearedAction,
+    ChangesetFilesReviewChangedAction,
     ChangesetOperationStatusChangedAction,
+    ChatDraftChangedAction,
     ChatTruncatedAction,
     ChatTurnCancelledAction,
+    ChatTurnsLoadedAction,
+    ChatWorkingDirectorySetAction,
     ClientCapabilities,
     InitializeParams,
     ProtocolNotification,
     SessionActiveClientRemovedAction,
     SessionCustomizationRemovedAction,
+    SessionMcpServerStopRequestedAction,
     SessionReadyAction,
     SessionTitleChangedAction,
     StateAction,
@@ -69,7 +74,9 @@ small = st.integers(min_value=0, max_value=3)
 triples = st.tuples(small, small, small)
 versions = triples.map(lambda t: ".".join(map(str, t)))
 big_versions = st.tuples(*[st.integers(0, 10**9)] * 3).map(lambda t: ".".join(map(str, t)))
-junk = st.sampled_from(["", "0.5", "v0.5.0", "0.5.0-rc.1", "05.0.0", "latest", "^0.5.0", "*"])
+junk = st.sampled_from(
+    ["", "0.5", "v0.5.0", "0.5.0-rc.1", "0.5.0\n", "\u0660.5.0", "latest", "^0.5.0", "*"]
+)
 
 
 def union_action_types() -> set[str]:
@@ -88,8 +95,8 @@ def union_action_types() -> set[str]:
 
 
 def test_protocol_version_constants() -> None:
-    assert PROTOCOL_VERSION == "0.5.0"
-    assert SUPPORTED_PROTOCOL_VERSIONS == ("0.5.0", "0.4.0", "0.3.0")
+    assert PROTOCOL_VERSION == "0.7.0"
+    assert SUPPORTED_PROTOCOL_VERSIONS == ("0.7.0", "0.6.0", "0.5.2", "0.5.1")
     assert SUPPORTED_PROTOCOL_VERSIONS[0] == PROTOCOL_VERSION
     parsed = [parse_version(v) for v in SUPPORTED_PROTOCOL_VERSIONS]
     assert parsed == sorted(set(parsed), reverse=True)  # strictly descending, no duplicates
@@ -108,8 +115,8 @@ def test_maps_match_the_bundled_spec_registry() -> None:
 
 def test_action_maps_are_exhaustive_over_the_action_union() -> None:
     types = union_action_types()
-    assert len(types) == 73
-    assert len(typing.get_args(StateAction)) == 75  # 74 action classes + UnknownAction
+    assert len(types) == 85
+    assert len(typing.get_args(StateAction)) == 87  # 86 action classes + UnknownAction
     assert set(ACTION_INTRODUCED_IN) == types
     assert set(IS_CLIENT_DISPATCHABLE) == types
     assert {t.value for t in ActionType} == types
@@ -127,16 +134,23 @@ def test_notification_map_is_exhaustive_over_the_notification_union() -> None:
     }
     assert set(NOTIFICATION_INTRODUCED_IN) == set(server_notifications)
     assert set(server_notifications.values()) == set(typing.get_args(ProtocolNotification))
-    assert len(NOTIFICATION_INTRODUCED_IN) == 7
+    assert len(NOTIFICATION_INTRODUCED_IN) == 8
+    assert NOTIFICATION_INTRODUCED_IN["root/progress"] == "0.5.0"
 
 
 def test_map_values() -> None:
     by_version = Counter(ACTION_INTRODUCED_IN.values())
-    assert by_version == {"0.1.0": 28, "0.2.0": 9, "0.3.0": 2, "0.4.0": 32, "0.5.0": 2}
-    assert sum(IS_CLIENT_DISPATCHABLE.values()) == 32
+    assert by_version == {  # inventory §2
+        "0.1.0": 27, "0.2.0": 8, "0.3.0": 2, "0.4.0": 32, "0.5.0": 4,
+        "0.5.1": 3, "0.5.2": 2, "0.6.0": 3, "0.7.0": 4,
+    }
+    assert sum(IS_CLIENT_DISPATCHABLE.values()) == 38
     dispatchable = Counter(t.split("/")[0] for t, ok in IS_CLIENT_DISPATCHABLE.items() if ok)
-    assert dispatchable == {"root": 1, "session": 9, "chat": 12, "terminal": 5, "annotations": 5}
-    assert all(v == "0.4.0" for t, v in ACTION_INTRODUCED_IN.items() if t.startswith("chat/"))
+    assert dispatchable == {
+        "root": 1, "session": 11, "chat": 15, "terminal": 5, "changeset": 1, "annotations": 5,
+    }
+    assert "session/modelChanged" not in ACTION_INTRODUCED_IN
+    assert IS_CLIENT_DISPATCHABLE["changeset/filesReviewChanged"]
     for version in [*ACTION_INTRODUCED_IN.values(), *NOTIFICATION_INTRODUCED_IN.values()]:
         assert compare_protocol_versions(version, PROTOCOL_VERSION) <= 0
 
@@ -179,9 +193,14 @@ def test_compare_examples() -> None:
     assert compare_protocol_versions("0.10.0", "0.9.0") == 1
     assert compare_protocol_versions("0.4.0", "0.5.0") == -1
     assert compare_protocol_versions("1.0.0", "1.0.0") == 0
+    # The reference's parseSemver converts each group with Number(): leading zeros are kept out.
+    assert compare_protocol_versions("0.07.0", "0.7.0") == 0
+    assert compare_protocol_versions("00.010.00", "0.9.0") == 1
 
 
-@pytest.mark.parametrize("bad", ["0.5", "v0.5.0", "0.5.0-rc.1", "", " 0.5.0", "05.0.0"])
+@pytest.mark.parametrize(
+    "bad", ["0.5", "v0.5.0", "0.5.0-rc.1", "", " 0.5.0", "0.5.0\n", "0.\uff15.0", "0.5.0.0"]
+)
 def test_compare_rejects_malformed_input(bad: str) -> None:
     with pytest.raises(InvalidVersion) as info:
         compare_protocol_versions(bad, "0.5.0")
@@ -281,7 +300,7 @@ def test_notification_knowledge_follows_the_map(version: str) -> None:
         expected = compare_protocol_versions(since, version) <= 0
         assert is_notification_known_to_version(method, version) is expected
     assert is_notification_known_to_version("action", version)
-    for other in ("dispatchAction", "unsubscribe", "root/progress", "initialize"):
+    for other in ("dispatchAction", "unsubscribe", "root/future", "initialize"):
         assert not is_notification_known_to_version(other, version)
 
 
@@ -289,6 +308,8 @@ def test_notification_examples() -> None:
     assert not is_notification_known_to_version("otlp/exportLogs", "0.1.0")
     assert is_notification_known_to_version("otlp/exportLogs", "0.2.0")
     assert is_notification_known_to_version("root/sessionAdded", "0.1.0")
+    assert is_notification_known_to_version("root/progress", "0.5.1")
+    assert not is_notification_known_to_version("root/progress", "0.4.0")
 
 
 # -- filtering --------------------------------------------------------------------------
@@ -313,7 +334,12 @@ ACTION_POOL: list[StateAction] = [
     SessionCustomizationRemovedAction(id="c"),  # 0.2.0
     ChangesetOperationStatusChangedAction(operation_id="o", status="idle"),  # 0.3.0
     ChatTruncatedAction(),  # 0.4.0
-    ChatTurnCancelledAction(turn_id="t"),  # 0.4.0
+    ChatTurnCancelledAction(turn_id="t", duration=0),  # 0.4.0
+    ChatDraftChangedAction(),  # 0.5.0
+    ChatTurnsLoadedAction(turns=()),  # 0.5.1
+    SessionMcpServerStopRequestedAction(id="m"),  # 0.5.2
+    ChangesetFilesReviewChangedAction(files=(), reviewed=True),  # 0.6.0
+    ChatWorkingDirectorySetAction(directory="file:///w"),  # 0.7.0
     SessionActiveClientRemovedAction(client_id="c"),  # 0.5.0
     UnknownAction(type="session/ready", raw={"type": "session/ready"}),  # never
 ]
@@ -356,7 +382,9 @@ def test_filter_notification() -> None:
     assert filter_notification_for_version("action", unknown, "0.5.0") is None
     assert filter_notification_for_version("otlp/exportLogs", params, "0.2.0") is params
     assert filter_notification_for_version("otlp/exportLogs", params, "0.1.0") is None
-    assert filter_notification_for_version("root/progress", params, "0.5.0") is None
+    assert filter_notification_for_version("root/progress", params, "0.5.0") is params
+    assert filter_notification_for_version("root/progress", params, "0.4.0") is None
+    assert filter_notification_for_version("root/future", params, "0.7.0") is None
     raw_chat = {"channel": "ahp-chat:/c", "action": {"type": "chat/delta"}, "serverSeq": 1}
     assert filter_notification_for_version("action", raw_chat, "0.4.0") is raw_chat
     assert filter_notification_for_version("action", raw_chat, "0.3.0") is None
@@ -370,12 +398,15 @@ def test_filter_notification() -> None:
 
 
 def test_negotiation_examples() -> None:
-    assert negotiate_protocol_version(["0.6.0", "0.5.0", "0.4.0"]) == "0.5.0"
-    assert negotiate_protocol_version(("0.4.0", "0.5.0")) == "0.4.0"  # the client's order wins
-    assert negotiate_protocol_version(["garbage", "0.3.0"]) == "0.3.0"
+    assert negotiate_protocol_version(["0.8.0", "0.7.0", "0.6.0"]) == "0.7.0"
+    assert negotiate_protocol_version(("0.5.1", "0.7.0")) == "0.5.1"  # the client's order wins
+    assert negotiate_protocol_version(["garbage", "0.6.0"]) == "0.6.0"
+    assert negotiate_protocol_version(["0.07.0"]) == "0.07.0"  # leading zeros: equal to 0.7.0
+    with pytest.raises(VersionNegotiationFailed):
+        negotiate_protocol_version(["0.5.0"])  # the unreleased pre-release is not spoken
     assert negotiate_protocol_version(["0.3.7"], ["^0.3.0"]) == "0.3.7"
     assert negotiate_protocol_version(["0.2.0", "0.1.0"], [">=0.1.0 <0.3.0"]) == "0.2.0"
-    assert negotiate_protocol_version(iter(["0.5.0"])) == "0.5.0"
+    assert negotiate_protocol_version(iter(["0.5.2"])) == "0.5.2"
 
 
 def test_negotiation_failure_carries_code_and_data() -> None:
@@ -385,15 +416,15 @@ def test_negotiation_failure_carries_code_and_data() -> None:
     assert isinstance(error, UnsupportedProtocolVersion)
     assert isinstance(error, RemoteProtocolError)
     assert error.code == -32005
-    assert error.data == {"supportedVersions": ["0.5.0", "0.4.0", "0.3.0"]}
+    assert error.data == {"supportedVersions": ["0.7.0", "0.6.0", "0.5.2", "0.5.1"]}
     assert error.error_data == UnsupportedProtocolVersionErrorData(
-        supported_versions=("0.5.0", "0.4.0", "0.3.0")
+        supported_versions=("0.7.0", "0.6.0", "0.5.2", "0.5.1")
     )
     assert error.offered == ("0.2.0", "0.1.0")
     assert error.to_error() == {
         "code": -32005,
         "message": str(error),
-        "data": {"supportedVersions": ["0.5.0", "0.4.0", "0.3.0"]},
+        "data": {"supportedVersions": ["0.7.0", "0.6.0", "0.5.2", "0.5.1"]},
     }
     assert "'0.2.0'" in str(error)
     clone = pickle.loads(pickle.dumps(error))
@@ -484,13 +515,15 @@ def test_negotiation_with_ranges(offered: list[str], supported: list[str]) -> No
 
 
 def test_select_version_from_supported() -> None:
-    assert select_version_from_supported(["0.4.0"]) == "0.4.0"
-    assert select_version_from_supported([">=0.1.0 <0.4.0"]) == "0.3.0"
-    assert select_version_from_supported(["^0.4.0", "junk"]) == "0.4.0"
-    assert select_version_from_supported(["junk", "0.1.0"]) is None
-    data = UnsupportedProtocolVersionErrorData(supported_versions=("^0.2.0", "0.3.0"))
-    assert select_version_from_supported(data) == "0.3.0"
-    assert select_version_from_supported(data, ["0.2.9", "0.3.0"]) == "0.2.9"
+    assert select_version_from_supported(["0.6.0"]) == "0.6.0"
+    assert select_version_from_supported([">=0.1.0 <0.6.0"]) == "0.5.2"
+    assert select_version_from_supported(["^0.5.1", "junk"]) == "0.5.2"
+    assert select_version_from_supported(["junk", "0.5.0"]) is None
+    data = UnsupportedProtocolVersionErrorData(supported_versions=("^0.5.0", "0.6.0"))
+    assert select_version_from_supported(data) == "0.6.0"
+    old = UnsupportedProtocolVersionErrorData(supported_versions=("^0.2.0", "0.3.0"))
+    assert select_version_from_supported(old) is None
+    assert select_version_from_supported(old, ["0.2.9", "0.3.0"]) == "0.2.9"
     with pytest.raises(InvalidVersion):
         select_version_from_supported(["*"], ["bad"])
 
@@ -535,36 +568,42 @@ def test_mcp_apps_needs_the_capability() -> None:
 
 def test_peer_profile() -> None:
     params = InitializeParams(
-        protocol_versions=("0.6.0", "0.4.0"),
+        protocol_versions=("0.8.0", "0.5.1"),
         client_id="c",
         capabilities=ClientCapabilities(mcp_apps={}),
     )
     peer = PeerProfile.negotiate(params)
-    assert peer == PeerProfile("0.4.0", ClientCapabilities(mcp_apps={}))
+    assert peer == PeerProfile("0.5.1", ClientCapabilities(mcp_apps={}))
     assert peer.knows_action("chat/turnStarted")
-    assert not peer.knows_action("session/activeClientSet")
+    assert peer.knows_action("chat/turnsLoaded")  # 0.5.1
+    assert not peer.knows_action("session/mcpServerStartRequested")  # 0.5.2
+    assert not peer.knows_action("chat/workingDirectorySet")  # 0.7.0
     assert peer.knows_notification("otlp/exportTraces")
+    assert peer.knows_notification("root/progress")
     assert peer.may_dispatch("chat/turnStarted")
     assert not peer.may_dispatch("chat/delta")  # server-only
-    assert not peer.may_dispatch("session/activeClientSet")  # unknown to 0.4.0
+    assert not peer.may_dispatch("changeset/filesReviewChanged")  # unknown to 0.5.1
     assert peer.supports(Feature.MCP_APPS)
     assert peer.supports(Feature.CHAT_CHANNELS)
-    assert not peer.supports(Feature.MULTIPLE_ACTIVE_CLIENTS)
+    assert peer.supports(Feature.MULTIPLE_ACTIVE_CLIENTS)
     title = envelope(SessionTitleChangedAction(title="t"))
     unknown = envelope(UnknownAction(type="x/y", raw={}))
+    newer = envelope(ChatWorkingDirectorySetAction(directory="file:///w"))
     assert peer.filter_envelope(title) is title
     assert peer.filter_envelope(unknown) is None
-    assert peer.filter_envelopes([unknown, title]) == (title,)
+    assert peer.filter_envelope(newer) is None
+    assert peer.filter_envelopes([unknown, title, newer]) == (title,)
     assert peer.filter_notification("action", unknown) is None
     assert peer.filter_notification("root/sessionRemoved", 1) == 1
 
-    old = PeerProfile.negotiate(InitializeParams(protocol_versions=("0.3.0",), client_id="c"))
-    assert old.capabilities is None
-    assert not old.supports(Feature.MCP_APPS)
-    assert not old.supports(Feature.ANNOTATIONS)
+    plain = PeerProfile.negotiate(InitializeParams(protocol_versions=("0.6.0",), client_id="c"))
+    assert plain.capabilities is None
+    assert not plain.supports(Feature.MCP_APPS)
+    assert plain.supports(Feature.ANNOTATIONS)
+    assert plain.may_dispatch("changeset/filesReviewChanged")
 
     with pytest.raises(VersionNegotiationFailed):
-        PeerProfile.negotiate(InitializeParams(protocol_versions=("0.1.0",), client_id="c"))
+        PeerProfile.negotiate(InitializeParams(protocol_versions=("0.5.0",), client_id="c"))
     with pytest.raises(InvalidVersion):
         PeerProfile("latest")
     assert PeerProfile("0.5.0", None).knows_action(SessionReadyAction())

@@ -9,7 +9,6 @@ clock, unknown status bits, open-union entries, purity, and routing.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -52,6 +51,7 @@ from agenthost_protocol.types import (
     ChangesetOperationStatusChangedAction,
     ChangesetState,
     ChangesetStatusChangedAction,
+    ChatInputRequest,
     ChatState,
     ChatSummary,
     ConfigSchema,
@@ -60,6 +60,7 @@ from agenthost_protocol.types import (
     McpServerCustomization,
     McpServerReadyState,
     McpServerStartingState,
+    McpServerStoppedState,
     PartialChatSummary,
     PluginCustomization,
     ResourceChange,
@@ -74,6 +75,7 @@ from agenthost_protocol.types import (
     SessionActiveClientRemovedAction,
     SessionActiveClientSetAction,
     SessionActivityChangedAction,
+    SessionChatInputRequest,
     SessionChatRemovedAction,
     SessionChatUpdatedAction,
     SessionConfigChangedAction,
@@ -82,14 +84,19 @@ from agenthost_protocol.types import (
     SessionCustomizationRemovedAction,
     SessionCustomizationToggledAction,
     SessionCustomizationUpdatedAction,
+    SessionInputNeededRemovedAction,
+    SessionInputNeededSetAction,
     SessionIsArchivedChangedAction,
     SessionIsReadChangedAction,
+    SessionMcpServerStartRequestedAction,
     SessionMcpServerStateChangedAction,
+    SessionMcpServerStopRequestedAction,
     SessionReadyAction,
     SessionState,
     SessionStatus,
-    SessionSummary,
     SessionTitleChangedAction,
+    SessionWorkingDirectoryRemovedAction,
+    SessionWorkingDirectorySetAction,
     SkillCustomization,
     StateAction,
     TerminalClaimedAction,
@@ -118,21 +125,19 @@ FIXED: Callable[[], int] = lambda: 9999  # noqa: E731
 
 
 def session(**changes: Any) -> SessionState:
-    summary = SessionSummary(
-        resource="ahp-session:/s1",
+    state = SessionState(
         provider="copilot",
         title="Session",
         status=SessionStatus.IDLE,
-        created_at=1000,
-        modified_at=1000,
+        lifecycle="creating",
+        active_clients=(),
+        chats=(),
     )
-    return attrs.evolve(
-        SessionState(summary=summary, lifecycle="creating", active_clients=(), chats=()), **changes
-    )
+    return attrs.evolve(state, **changes)
 
 
 def with_status(state: SessionState, status: int) -> SessionState:
-    return attrs.evolve(state, summary=attrs.evolve(state.summary, status=SessionStatus(status)))
+    return attrs.evolve(state, status=SessionStatus(status))
 
 
 def terminal(*parts: Any) -> TerminalState:
@@ -289,27 +294,27 @@ def test_root_config_merge_does_not_touch_the_old_values() -> None:
 # ── session ──────────────────────────────────────────────────────────────────
 
 
-def test_session_timestamp_comes_from_the_clock() -> None:
-    state = session()
-    assert (
-        session_reducer(state, SessionTitleChangedAction(title="T"), now=FIXED).summary.modified_at
-        == 9999
-    )
-    before = time.time_ns() // 1_000_000
-    stamped = session_reducer(state, SessionTitleChangedAction(title="T")).summary.modified_at
-    assert before <= stamped <= time.time_ns() // 1_000_000
+def test_session_reducer_never_reads_the_clock() -> None:
+    def clock() -> int:
+        raise AssertionError("the session reducer stamps no time in 0.7.0")
+
+    state = session(config=SessionConfigState(schema=SessionConfigSchema(properties={}), values={}))
+    titled = session_reducer(state, SessionTitleChangedAction(title="T"), now=clock)
+    assert titled.title == "T"
+    configured = session_reducer(state, SessionConfigChangedAction(config={"a": 1}), now=clock)
+    assert configured.config is not None and configured.config.values == {"a": 1}
+    assert session_reducer(titled, SessionTitleChangedAction(title="T"), now=clock) is titled
 
 
 def test_session_flags_keep_unknown_status_bits() -> None:
     unknown_bit = 1 << 31
     state = with_status(session(), SessionStatus.IN_PROGRESS | unknown_bit)
     read = session_reducer(state, SessionIsReadChangedAction(is_read=True))
-    assert int(read.summary.status) == 8 | 32 | unknown_bit
+    assert int(read.status) == 8 | 32 | unknown_bit
     archived = session_reducer(read, SessionIsArchivedChangedAction(is_archived=True))
-    assert int(archived.summary.status) == 8 | 32 | 64 | unknown_bit
+    assert int(archived.status) == 8 | 32 | 64 | unknown_bit
     unread = session_reducer(archived, SessionIsReadChangedAction(is_read=False))
-    assert int(unread.summary.status) == 8 | 64 | unknown_bit
-    assert unread.summary.modified_at == state.summary.modified_at  # flags carry no timestamp
+    assert int(unread.status) == 8 | 64 | unknown_bit
 
 
 def test_session_flag_already_in_place_is_a_noop() -> None:
@@ -322,7 +327,7 @@ def test_session_ready_leaves_status_alone_and_repeats_as_noop() -> None:
     state = with_status(session(), 8)
     ready = session_reducer(state, SessionReadyAction())
     assert ready.lifecycle == "ready"
-    assert int(ready.summary.status) == 8
+    assert int(ready.status) == 8
     assert session_reducer(ready, SessionReadyAction()) is ready
 
 
@@ -344,7 +349,14 @@ def test_session_ready_leaves_status_alone_and_repeats_as_noop() -> None:
         SessionMcpServerStateChangedAction(id="p1", state=McpServerReadyState()),
         SessionMcpServerStateChangedAction(id="s1", state=McpServerReadyState()),
         SessionMcpServerStateChangedAction(id="m1", state=McpServerStartingState()),
+        SessionMcpServerStartRequestedAction(id="m1"),  # already starting, no channel
+        SessionMcpServerStartRequestedAction(id="s1"),  # a skill, not an MCP server
+        SessionMcpServerStopRequestedAction(id="nope"),
         SessionConfigChangedAction(config={"a": 1}),  # no config on this session
+        SessionWorkingDirectorySetAction(directory="file:///w"),  # already there
+        SessionWorkingDirectoryRemovedAction(directory="file:///elsewhere"),
+        SessionInputNeededRemovedAction(id="nope"),
+        SessionTitleChangedAction(title="Session"),
     ],
     ids=lambda a: a.type.value,
 )
@@ -352,6 +364,7 @@ def test_session_noops_return_the_same_state(action: StateAction) -> None:
     state = session(
         chats=(chat_summary("ahp-chat:/c1"),),
         customizations=(plugin("p1", skill("s1"), mcp("m1")),),
+        working_directories=("file:///w",),
     )
     assert session_reducer(state, action, now=FIXED) is state
 
@@ -388,7 +401,7 @@ def test_session_active_client_set_upserts_in_place() -> None:
     assert session_reducer(state, SessionActiveClientSetAction(active_client=a)) is state
 
 
-def test_session_config_changed_stamps_and_does_not_alias() -> None:
+def test_session_config_changed_does_not_alias() -> None:
     values = {"mode": "fast"}
     config = SessionConfigState(schema=SessionConfigSchema(properties={}), values=values)
     update = {"mode": "slow"}
@@ -397,17 +410,113 @@ def test_session_config_changed_stamps_and_does_not_alias() -> None:
     )
     assert result.config is not None
     assert result.config.values == {"mode": "slow"}
-    assert result.summary.modified_at == 9999
     assert values == {"mode": "fast"}
     assert result.config.values is not update
 
 
-def test_session_customization_removed_prefers_top_level_then_first_child() -> None:
-    state = session(customizations=(plugin("p1", skill("x"), skill("y")), plugin("p2", skill("x"))))
+def test_session_customization_removed_prefers_top_level_then_every_container() -> None:
+    # Inventory §2.2: a top-level match is removed with its children; otherwise the
+    # first child with the id is removed from *every* container.
+    state = session(
+        customizations=(
+            plugin("p1", skill("x"), skill("y"), skill("x")), plugin("p2", skill("x")), mcp("m")
+        )
+    )
     removed = session_reducer(state, SessionCustomizationRemovedAction(id="x"))
-    assert removed.customizations == (plugin("p1", skill("y")), plugin("p2", skill("x")))
+    assert removed.customizations == (
+        plugin("p1", skill("y"), skill("x")), attrs.evolve(plugin("p2"), children=()), mcp("m")
+    )
     removed_top = session_reducer(state, SessionCustomizationRemovedAction(id="p2"))
-    assert removed_top.customizations == (plugin("p1", skill("x"), skill("y")),)
+    assert removed_top.customizations == (
+        plugin("p1", skill("x"), skill("y"), skill("x")), mcp("m")
+    )
+
+
+def test_session_customization_toggled_top_level_first_then_first_container() -> None:
+    state = session(
+        customizations=(plugin("p1", skill("s")), plugin("p2", skill("s")), plugin("s"))
+    )
+    top = session_reducer(state, SessionCustomizationToggledAction(id="s", enabled=False))
+    assert top.customizations == (
+        plugin("p1", skill("s")), plugin("p2", skill("s")), attrs.evolve(plugin("s"), enabled=False)
+    )
+    children = (plugin("p1", skill("a")), plugin("p2", skill("s")), plugin("p3", skill("s")))
+    state = session(customizations=children)
+    child = session_reducer(state, SessionCustomizationToggledAction(id="s", enabled=False))
+    assert child.customizations == (
+        plugin("p1", skill("a")),
+        plugin("p2", attrs.evolve(skill("s"), enabled=False)),
+        plugin("p3", skill("s")),
+    )
+    assert session_reducer(child, SessionCustomizationToggledAction(id="s", enabled=False)) is child
+    # ``enabled`` absent on a child means enabled, but the reducer writes the value given.
+    explicit = session_reducer(state, SessionCustomizationToggledAction(id="s", enabled=True))
+    assert explicit.customizations is not None
+    written = explicit.customizations[1]
+    assert isinstance(written, PluginCustomization) and written.children is not None
+    assert getattr(written.children[0], "enabled", None) is True
+
+
+def test_session_mcp_server_start_and_stop_requests() -> None:
+    top = mcp("m1", channel="mcp://old")
+    state = session(customizations=(top, plugin("p1", mcp("m2", channel="mcp://a")),
+                                    plugin("p2", mcp("m2", channel="mcp://b"))))
+    stopped = session_reducer(state, SessionMcpServerStopRequestedAction(id="m1"))
+    assert stopped.customizations is not None
+    expected = attrs.evolve(top, state=McpServerStoppedState(), channel=None)
+    assert stopped.customizations[0] == expected
+    started = session_reducer(state, SessionMcpServerStartRequestedAction(id="m2"))
+    assert started.customizations is not None
+    assert started.customizations[0] is top
+    for container in started.customizations[1:]:  # every container's child, channel cleared
+        assert isinstance(container, PluginCustomization)
+        assert container.children == (
+            attrs.evolve(mcp("m2"), state=McpServerStartingState(), channel=None),
+        )
+    # A top-level entry with the id decides alone, even when it is no MCP server.
+    shadowed = session(customizations=(plugin("p1", mcp("x")), plugin("x")))
+    assert session_reducer(shadowed, SessionMcpServerStartRequestedAction(id="x")) is shadowed
+
+
+def test_session_working_directories() -> None:
+    state = session()
+    one = session_reducer(state, SessionWorkingDirectorySetAction(directory="file:///a"))
+    two = session_reducer(one, SessionWorkingDirectorySetAction(directory="file:///b"))
+    assert two.working_directories == ("file:///a", "file:///b")
+    assert session_reducer(two, SessionWorkingDirectorySetAction(directory="file:///a")) is two
+    back = session_reducer(two, SessionWorkingDirectoryRemovedAction(directory="file:///a"))
+    assert back.working_directories == ("file:///b",)
+    empty = session_reducer(back, SessionWorkingDirectoryRemovedAction(directory="file:///b"))
+    assert empty.working_directories == ()  # the key stays, as an empty array
+    assert wire.unstructure(empty)["workingDirectories"] == []
+    assert session_reducer(state, SessionWorkingDirectoryRemovedAction(directory="x")) is state
+
+
+def test_session_input_needed_aggregate_and_status_bits() -> None:
+    chat_input = SessionChatInputRequest(
+        id="r1", chat="ahp-chat:/c", request=ChatInputRequest(id="r1", message="?")
+    )
+    other = attrs.evolve(chat_input, id="r2")
+    state = with_status(session(), SessionStatus.IDLE | SessionStatus.IS_READ | (1 << 30))
+    raised = session_reducer(state, SessionInputNeededSetAction(request=chat_input))
+    assert raised.input_needed == (chat_input,)
+    assert int(raised.status) == 24 | 32 | (1 << 30)
+    assert session_reducer(raised, SessionInputNeededSetAction(request=chat_input)) is raised
+    both = session_reducer(raised, SessionInputNeededSetAction(request=other))
+    replaced = session_reducer(both, SessionInputNeededSetAction(request=attrs.evolve(
+        chat_input, chat="ahp-chat:/d")))
+    assert replaced.input_needed is not None
+    assert [getattr(r, "chat", None) for r in replaced.input_needed] == [
+        "ahp-chat:/d", "ahp-chat:/c"
+    ]
+    one_left = session_reducer(both, SessionInputNeededRemovedAction(id="r1"))
+    assert one_left.input_needed == (other,) and int(one_left.status) == 24 | 32 | (1 << 30)
+    none_left = session_reducer(one_left, SessionInputNeededRemovedAction(id="r2"))
+    # Only bit 16 is cleared: an idle session raised to InputNeeded ends InProgress.
+    assert none_left.input_needed is None
+    assert int(none_left.status) == 8 | 32 | (1 << 30)
+    error = with_status(session(input_needed=(chat_input,)), SessionStatus.ERROR)
+    assert int(session_reducer(error, SessionInputNeededRemovedAction(id="r1")).status) == 2
 
 
 def test_session_customizations_of_unknown_type_are_matched_by_raw_id() -> None:

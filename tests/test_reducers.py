@@ -47,6 +47,7 @@ from agenthost_protocol.types import (
     ChangesetFile,
     ChangesetFileRemovedAction,
     ChangesetFileSetAction,
+    ChangesetFilesReviewChangedAction,
     ChangesetOperation,
     ChangesetOperationStatusChangedAction,
     ChangesetState,
@@ -658,6 +659,26 @@ def test_changeset_content_changed_keeps_operations_unless_given() -> None:
     assert result.operations == (operation("o1"),)
     assert result.error is None
     assert result.files == (changeset_file("f"),)
+
+
+def test_changeset_files_review_changed() -> None:
+    f1, f2, f3 = changeset_file("f1"), changeset_file("f2"), changeset_file("f3")
+    state = ChangesetState(status="ready", files=(f1, f2, f3))
+    reviewed = changeset_reducer(
+        state, ChangesetFilesReviewChangedAction(files=("f1", "f3", "nope"), reviewed=True)
+    )
+    assert [f.reviewed for f in reviewed.files] == [True, None, True]
+    assert reviewed.files[1] is f2
+    same = ChangesetFilesReviewChangedAction(files=("f1", "f3"), reviewed=True)
+    assert changeset_reducer(reviewed, same) is reviewed
+    # An absent ``reviewed`` counts as different: ``false`` is written out explicitly.
+    cleared = changeset_reducer(
+        state, ChangesetFilesReviewChangedAction(files=("f2",), reviewed=False)
+    )
+    assert cleared.files[1].reviewed is False
+    assert wire.unstructure(cleared)["files"][1]["reviewed"] is False
+    unknown = ChangesetFilesReviewChangedAction(files=("nope",), reviewed=True)
+    assert changeset_reducer(state, unknown) is state
 
 
 def test_changeset_noops_return_the_same_state() -> None:

@@ -7,7 +7,9 @@
   against other implementations; JSON Lines in, JSON Lines out (see
   :func:`reduce_line`).
 * ``agenthost-protocol compat``: check the wire model against the frozen wire
-  shapes of the supported protocol versions (:mod:`agenthost_protocol.compat`).
+  shape of the protocol version, then list the wire differences of every
+  older supported version, type by type; exit status 1 only when the model
+  breaks the frozen shape (:mod:`agenthost_protocol.compat`).
 """
 
 from __future__ import annotations
@@ -114,7 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "conformance",
         help="run an AHP test corpus (PATH/reducers, PATH/round-trips)",
         description="Run an AHP test corpus: PATH/reducers/*.json and PATH/round-trips/*.json "
-        "(either may be absent). Without PATH, the bundled official 0.5.0 corpus.",
+        "(either may be absent). Without PATH, the bundled official 0.7.0 corpus.",
     )
     conf.add_argument("path", nargs="?", default=None, help="corpus folder")
     conf.add_argument("-v", "--verbose", action="store_true", help="also list passing cases")
@@ -126,9 +128,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     sub.add_parser(
         "compat",
-        help="check the wire model against the frozen wire shapes",
-        description="Check the wire model against the bundled frozen wire shapes "
-        "(see docs/versioning.md).",
+        help="check the wire model against the frozen wire shapes; list version differences",
+        description="Check the wire model against the frozen wire shape of the protocol "
+        "version, then list the wire differences of every older supported version, type by "
+        "type (see docs/versioning.md). Exit status 1 only if the model breaks the shape.",
     )
     args = parser.parse_args(argv)
     if args.command == "conformance":

@@ -14,7 +14,7 @@ either folder may be absent.  Cases of your own in the same format run too.
   result with ``expected``, ``null``-valued keys dropped on both sides (a
   fixture ``null`` means absent).
 
-The bundled copy of the official corpus (AHP 0.5.0) is used when no path is
+The bundled copy of the official corpus (AHP 0.7.0) is used when no path is
 given: :func:`bundled_corpus`.
 """
 

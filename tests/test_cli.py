@@ -107,4 +107,7 @@ def test_console_script_module_runs() -> None:
 def test_compat_subcommand(capsys: pytest.CaptureFixture[str]) -> None:
     code, out = _run(["compat"], capsys)
     assert code == 0
-    assert out == ["wire shape of 0.5.0 is compatible with: 0.5.0"]
+    assert out[0] == "wire shape of 0.7.0 is compatible with: 0.7.0"
+    for version in ("0.6.0", "0.5.2", "0.5.1"):
+        assert any(line.startswith(f"{version} -> 0.7.0: ") for line in out), version
+    assert "  ChatForkSource: type removed: struct, 2 fields" in out

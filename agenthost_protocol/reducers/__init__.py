@@ -12,8 +12,8 @@ Every reducer has the same shape::
   changes nothing return ``state`` itself, so ``new is old`` is a cheap
   "nothing changed" test.
 * **Clock.**  ``now`` is a zero-argument callable returning epoch
-  milliseconds (:data:`Clock`); ``None`` means the wall clock.  Only session
-  ``summary.modifiedAt`` and chat ``modifiedAt`` read it.
+  milliseconds (:data:`Clock`); ``None`` means the wall clock.  Only the
+  chat reducer reads it (``modifiedAt``); no other reducer stamps time.
 * **Unknown actions.**  ``on_unknown`` is called with every
   :class:`~agenthost_protocol.types.UnknownAction` a reducer receives (an
   action type from a newer peer); the state is returned unchanged.

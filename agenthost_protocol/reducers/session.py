@@ -119,7 +119,7 @@ def session_reducer(
         return state
     match action:
         case SessionReadyAction():
-            # Purely a lifecycle transition: summary.status is left alone.
+            # Purely a lifecycle transition: status is left alone (fixture 147).
             if state.lifecycle == SessionLifecycle.READY:
                 return state
             return evolve(state, lifecycle=SessionLifecycle.READY)

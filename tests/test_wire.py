@@ -448,3 +448,52 @@ def test_closed_enums_channel_unions_unknowns_and_bare_generics() -> None:
     assert request == t.JsonRpcRequest(id=1, method="m")
     with pytest.raises(InvalidParams):
         wire.structure({"jsonrpc": "2.0", "method": "m"}, t.JsonRpcRequest)
+
+
+# -- 0.7.0 additions ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ({"chat": "ahp-chat:/a", "turnId": "t"}, "required field missing @ $.kind"),
+        ({"kind": "future", "chat": "ahp-chat:/a", "turnId": "t"}, "unknown kind 'future'"),
+        ({"kind": 1, "chat": "ahp-chat:/a", "turnId": "t"}, "unknown kind 1"),
+    ],
+)
+def test_chat_source_is_a_closed_union(value: dict[str, object], message: str) -> None:
+    # The spec: a createChat source with a missing or unknown kind MUST be rejected.
+    with pytest.raises(InvalidParams) as info:
+        wire.structure(value, t.ChatSource)
+    assert message in str(info.value)
+    fork = wire.structure({"kind": "fork", "chat": "ahp-chat:/a", "turnId": "t"}, t.ChatSource)
+    assert isinstance(fork, t.ForkChatSource)
+
+
+def test_tool_input_is_a_string_or_a_content_ref() -> None:
+    assert wire.structure("ls -la", t.ToolInput) == "ls -la"
+    ref = wire.structure({"uri": "file:///tool-inputs/1", "nonce": "n"}, t.ToolInput)
+    assert ref == t.ContentRef(uri="file:///tool-inputs/1", nonce="n")
+    assert wire.unstructure(ref) == {"uri": "file:///tool-inputs/1", "nonce": "n"}
+    with pytest.raises(InvalidParams) as info:
+        wire.structure(5, t.ToolInput)
+    assert "a string or a ContentRef object" in str(info.value)
+    with pytest.raises(InvalidParams) as info:
+        wire.structure({"nonce": "n"}, t.ToolInput)
+    assert info.value.path == "$.uri"
+
+
+def test_root_progress_notification_is_typed() -> None:
+    line = json.dumps({"jsonrpc": "2.0", "method": "root/progress", "params": {
+        "channel": "ahp-root://", "progressToken": "p1", "progress": 3, "total": 3}})
+    params = wire.parse_message(line).params
+    assert params == t.ProgressParams(
+        channel="ahp-root://", progress_token="p1", progress=3, total=3
+    )
+
+
+def test_flat_session_state_is_recognised_by_shape() -> None:
+    snapshot = wire.structure({"resource": "copilot:/x", "fromSeq": 1, "state": {
+        "provider": "p", "title": "t", "status": 1, "lifecycle": "ready",
+        "activeClients": [], "chats": []}}, t.Snapshot)
+    assert isinstance(snapshot.state, t.SessionState)

@@ -486,8 +486,9 @@ def test_tool_input_is_a_string_or_a_content_ref() -> None:
 def test_root_progress_notification_is_typed() -> None:
     line = json.dumps({"jsonrpc": "2.0", "method": "root/progress", "params": {
         "channel": "ahp-root://", "progressToken": "p1", "progress": 3, "total": 3}})
-    params = wire.parse_message(line).params
-    assert params == t.ProgressParams(
+    message = wire.parse_message(line)
+    assert isinstance(message, t.JsonRpcNotification)
+    assert message.params == t.ProgressParams(
         channel="ahp-root://", progress_token="p1", progress=3, total=3
     )
 

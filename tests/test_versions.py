@@ -617,3 +617,19 @@ def test_envelope_origin_does_not_matter() -> None:
         origin=ActionOrigin(client_id="c", client_seq=1),
     )
     assert filter_envelope_for_version(with_origin, "0.3.0") is with_origin
+
+
+def test_registry_block_is_what_the_tool_writes_from_the_bundled_registry() -> None:
+    import importlib.util
+    from pathlib import Path
+
+    tool_path = Path(__file__).resolve().parent.parent / "tools" / "gen_registry.py"
+    spec = importlib.util.spec_from_file_location("gen_registry", tool_path)
+    assert spec is not None and spec.loader is not None
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    assert tool.main(["--check"]) == 0
+    source = tool.VERSIONS.read_text(encoding="utf-8")
+    stale = source.replace('"chat/delta": "0.4.0"', '"chat/delta": "0.3.0"')
+    registry = json.loads((tool.BUNDLED_SPEC / "registry.json").read_text(encoding="utf-8"))
+    assert tool.updated_source(stale, registry) == source

@@ -393,14 +393,14 @@ class Gen:
             branches = self.defs[union]["oneOf"]
             if len(branches) != len(named) or any("$ref" in b for b in branches):
                 raise SystemExit(f"INLINE_VARIANTS[{union!r}] no longer matches the schema")
-            for branch, (name, description) in zip(branches, named):
+            for branch, (name, description) in zip(branches, named, strict=True):
                 self.defs[name] = {**branch, "description": description,
                                    "_file": self.defs[union]["_file"]}
         # String enums: the schema's, then the discriminator-only ones.
         STRING_ENUMS.clear()
         schema_enums = {k: v["enum"] for k, v in self.defs.items()
                         if "enum" in v and k not in NUMERIC_ENUMS}
-        for name, values in schema_enums.items():
+        for name in schema_enums:
             if name in DISCRIMINATOR_ENUMS:
                 raise SystemExit(f"{name} is in the schema now: drop it from DISCRIMINATOR_ENUMS")
             if name not in ENUM_ORDER:

@@ -47,17 +47,20 @@ def render(registry: dict[str, Any]) -> str:
         "ACTION_INTRODUCED_IN: Final[Mapping[str, str]] = MappingProxyType({\n",
         *(f'    "{k}": "{v}",\n' for k, v in actions.items()),
         "})\n",
-        f'"""Action ``type`` -> the protocol version that introduced it (all {len(actions)})."""\n',
+        '"""Action ``type`` -> the protocol version that introduced it '
+        f'(all {len(actions)})."""\n',
         "\n",
         "NOTIFICATION_INTRODUCED_IN: Final[Mapping[str, str]] = MappingProxyType({\n",
         *(f'    "{k}": "{v}",\n' for k, v in notifications.items()),
         "})\n",
-        '"""Notification method -> introducing version (``action`` is versioned per action type)."""\n',
+        '"""Notification method -> introducing version '
+        '(``action`` is versioned per action type)."""\n',
         "\n",
         "IS_CLIENT_DISPATCHABLE: Final[Mapping[str, bool]] = MappingProxyType({\n",
         *(f'    "{k}": {v},\n' for k, v in dispatchable.items()),
         "})\n",
-        f'"""Action ``type`` -> whether a client may dispatch it ({n_client} of {len(actions)} may)."""\n',
+        '"""Action ``type`` -> whether a client may dispatch it '
+        f'({n_client} of {len(actions)} may)."""\n',
         END,
     ]
     return "".join(lines)
@@ -71,7 +74,8 @@ def updated_source(source: str, registry: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="gen_registry.py",
-        description="Write the registry block of agenthost_protocol/versions.py from registry.json.",
+        description="Write the registry block of agenthost_protocol/versions.py "
+                    "from registry.json.",
     )
     parser.add_argument("spec", type=Path, nargs="?", default=BUNDLED_SPEC,
                         help="a spec folder holding registry.json (default: tests/data/ahp-spec)")

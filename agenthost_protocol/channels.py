@@ -16,8 +16,17 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from . import types as t
+from .errors import LocalProtocolError
 
-__all__ = ["ACTION_UNIONS", "ROOT_CHANNEL", "STATE_TYPES", "ChannelKind", "channel_kind"]
+__all__ = [
+    "ACTION_UNIONS",
+    "ROOT_CHANNEL",
+    "STATE_TYPES",
+    "ChannelKind",
+    "annotations_channel",
+    "channel_kind",
+    "session_of_annotations",
+]
 
 ROOT_CHANNEL = "ahp-root://"
 """The one root channel of a host."""
@@ -52,18 +61,53 @@ _SCHEMES = (
 )
 
 
+_SESSION_PREFIX: Final = "ahp-session:/"
+_ANNOTATIONS_SUFFIX: Final = "/annotations"
+
+
 def channel_kind(uri: str) -> ChannelKind | None:
-    """The kind of channel ``uri`` names by its scheme, or ``None`` if unrecognised."""
+    """The kind of channel ``uri`` names by its scheme, or ``None`` if unrecognised.
+
+    A session's annotations channel is told apart by the spec's grammar,
+    ``ahp-session:/<id>/annotations`` with a non-empty ``<id>`` free of ``/``;
+    anything else under ``ahp-session:`` is a session (so the session whose id
+    is ``annotations``, ``ahp-session:/annotations``, is a session).
+    """
     if uri.startswith("ahp-root:"):
         return ChannelKind.ROOT
     if uri.startswith("ahp-session:"):
-        if uri.rstrip("/").endswith("/annotations"):
+        if _annotations_session_id(uri) is not None:
             return ChannelKind.ANNOTATIONS
         return ChannelKind.SESSION
     for scheme, kind in _SCHEMES:
         if uri.startswith(scheme):
             return kind
     return None
+
+
+def _annotations_session_id(uri: str) -> str | None:
+    if not (uri.startswith(_SESSION_PREFIX) and uri.endswith(_ANNOTATIONS_SUFFIX)):
+        return None
+    session_id = uri[len(_SESSION_PREFIX) : -len(_ANNOTATIONS_SUFFIX)]
+    return session_id if session_id and "/" not in session_id else None
+
+
+def annotations_channel(session: str) -> str:
+    """The annotations channel of the session channel ``session``.
+
+    Raises :class:`~agenthost_protocol.errors.LocalProtocolError` when
+    ``session`` is not an ``ahp-session:/<id>`` URI.
+    """
+    session_id = session[len(_SESSION_PREFIX) :] if session.startswith(_SESSION_PREFIX) else ""
+    if not session_id or "/" in session_id:
+        raise LocalProtocolError(f"{session!r} is not a session channel URI")
+    return session + _ANNOTATIONS_SUFFIX
+
+
+def session_of_annotations(uri: str) -> str | None:
+    """The session channel whose annotations channel ``uri`` is, or ``None``."""
+    session_id = _annotations_session_id(uri)
+    return None if session_id is None else _SESSION_PREFIX + session_id
 
 
 STATE_TYPES: Final[Mapping[ChannelKind, type[Any]]] = MappingProxyType({

@@ -1,17 +1,22 @@
-"""The chat status recompute: the activity bits of a ``SessionStatus``.
+"""The chat status recompute: the activity bits of a ``SessionStatus`` (AHP 0.7.0).
 
-A chat's ``status`` (and a session summary's) is a bitset: bits 0-4 hold one
+A chat's ``status`` (and a session's) is a bitset: bits 0-4 hold one
 activity value (``IDLE``, ``ERROR``, ``IN_PROGRESS``, ``INPUT_NEEDED``) and
 bits 5 and up are independent flags (``IS_READ``, ``IS_ARCHIVED`` and any
 unknown bits of a newer peer).  Recomputing keeps every flag bit and replaces
-the activity bits with, in this order of precedence:
+the activity bits with, in this order of precedence (inventory §2, "Chat
+status recompute"):
 
-1. ``ERROR`` when the turn ended in error (``chat/error``);
-2. ``INPUT_NEEDED`` when an input request is open, or a tool call of the
-   active turn waits for the user (``pending-confirmation`` or
-   ``pending-result-confirmation``), even with no active turn for the former;
+1. ``ERROR`` when the turn ended through ``chat/error``;
+2. ``INPUT_NEEDED`` when the **active turn** holds an ``inputRequest`` part
+   without a ``response``, or a tool call that waits for the user
+   (``pending-confirmation``, ``pending-result-confirmation`` or
+   ``auth-required``);
 3. ``IN_PROGRESS`` when a turn is active;
 4. ``IDLE`` otherwise.
+
+Only the active turn counts: an unanswered request left in a finished turn
+does not need input any more.
 
 Everything here is pure integer arithmetic on the bitset: ``~`` on an
 ``IntFlag`` member complements only the known bits and would drop the unknown
@@ -20,14 +25,14 @@ ones, so it is never used.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Final
 
 from ..types import (
     ActiveTurn,
-    ChatInputRequest,
     ChatState,
+    InputRequestResponsePart,
     SessionStatus,
+    ToolCallAuthRequiredState,
     ToolCallPendingConfirmationState,
     ToolCallPendingResultConfirmationState,
     ToolCallResponsePart,
@@ -39,31 +44,37 @@ __all__ = [
     "chat_activity",
     "chat_status",
     "has_blocking_tool_call",
+    "has_open_input_request",
+    "needs_input",
     "recompute_chat_status",
     "with_activity",
     "without_flag",
 ]
 
 _FLAG_MASK: Final = ~ACTIVITY_MASK
-_BLOCKING: Final = (ToolCallPendingConfirmationState, ToolCallPendingResultConfirmationState)
+_BLOCKING: Final = (
+    ToolCallPendingConfirmationState,
+    ToolCallPendingResultConfirmationState,
+    ToolCallAuthRequiredState,
+)
 
-# ``SessionStatus(value)`` goes through the enum machinery (about 1 µs); the
-# values a chat goes through are few, so they are looked up here first.
-_STATUSES: dict[int, SessionStatus] = {int(member): member for member in SessionStatus}
-_MAX_CACHED: Final = 4096
+# ``SessionStatus(value)`` goes through the enum machinery (about 1 µs), and
+# a chat only ever moves between a handful of values, all below 128 unless a
+# newer peer set unknown bits.  An immutable table, built once at import.
+_TABLE_SIZE: Final = 128
+_STATUS_TABLE: Final[tuple[SessionStatus, ...]] = tuple(
+    SessionStatus(value) for value in range(_TABLE_SIZE)
+)
 
 
 def _status_of(value: int) -> SessionStatus:
-    status = _STATUSES.get(value)
-    if status is None:
-        status = SessionStatus(value)
-        if len(_STATUSES) < _MAX_CACHED:
-            _STATUSES[value] = status
-    return status
+    if 0 <= value < _TABLE_SIZE:
+        return _STATUS_TABLE[value]
+    return SessionStatus(value)
 
 
 def has_blocking_tool_call(active_turn: ActiveTurn | None) -> bool:
-    """Whether a tool call of ``active_turn`` waits for the user's confirmation."""
+    """Whether a tool call of ``active_turn`` waits for the user (confirmation or auth)."""
     if active_turn is None:
         return False
     for part in active_turn.response_parts:
@@ -72,16 +83,35 @@ def has_blocking_tool_call(active_turn: ActiveTurn | None) -> bool:
     return False
 
 
-def chat_activity(
-    active_turn: ActiveTurn | None,
-    input_requests: Sequence[ChatInputRequest] | None,
-    *,
-    error: bool = False,
-) -> SessionStatus:
-    """The activity value (bits 0-4) of a chat with this active turn and these requests."""
+def has_open_input_request(active_turn: ActiveTurn | None) -> bool:
+    """Whether ``active_turn`` holds an input request that has no ``response`` yet."""
+    if active_turn is None:
+        return False
+    for part in active_turn.response_parts:
+        if type(part) is InputRequestResponsePart and part.response is None:
+            return True
+    return False
+
+
+def needs_input(active_turn: ActiveTurn | None) -> bool:
+    """Whether the chat waits for the user: an open input request or a blocking tool call."""
+    if active_turn is None:
+        return False
+    for part in active_turn.response_parts:
+        kind = type(part)
+        if kind is ToolCallResponsePart:
+            if isinstance(part.tool_call, _BLOCKING):  # type: ignore[union-attr]
+                return True
+        elif kind is InputRequestResponsePart and part.response is None:  # type: ignore[union-attr]
+            return True
+    return False
+
+
+def chat_activity(active_turn: ActiveTurn | None, *, error: bool = False) -> SessionStatus:
+    """The activity value (bits 0-4) of a chat with this active turn."""
     if error:
         return SessionStatus.ERROR
-    if input_requests or has_blocking_tool_call(active_turn):
+    if needs_input(active_turn):
         return SessionStatus.INPUT_NEEDED
     if active_turn is not None:
         return SessionStatus.IN_PROGRESS
@@ -108,20 +138,16 @@ def without_flag(status: int, flag: int) -> SessionStatus:
 
 
 def chat_status(
-    status: int,
-    active_turn: ActiveTurn | None,
-    input_requests: Sequence[ChatInputRequest] | None,
-    *,
-    error: bool = False,
+    status: int, active_turn: ActiveTurn | None, *, error: bool = False
 ) -> SessionStatus:
-    """Recompute ``status`` for a chat with this active turn and these input requests.
+    """Recompute ``status`` for a chat with this active turn.
 
     The flag bits of ``status`` are kept; the activity bits are replaced with
     :func:`chat_activity`.
     """
-    return with_activity(status, chat_activity(active_turn, input_requests, error=error))
+    return with_activity(status, chat_activity(active_turn, error=error))
 
 
 def recompute_chat_status(state: ChatState, *, error: bool = False) -> SessionStatus:
     """The recomputed ``status`` of ``state`` (see the module docstring for the rule)."""
-    return chat_status(state.status, state.active_turn, state.input_requests, error=error)
+    return chat_status(state.status, state.active_turn, error=error)

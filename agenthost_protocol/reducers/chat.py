@@ -1,33 +1,72 @@
-"""The reducer of a chat channel ``ahp-chat:/<id>`` (``ChatState``).
+"""The reducer of a chat channel ``ahp-chat:/<id>`` (``ChatState``), AHP 0.7.0.
 
-Spec: the 22 ``chat/*`` action types (23 classes: ``chat/toolCallConfirmed``
-is approved or denied), all introduced in 0.4.0.  They cover the turn
-lifecycle (start, streamed text and reasoning, response parts, usage, the
-three ways a turn ends), the six-state tool-call machine, pending (steering
-and queued) messages, input requests and truncation.
+Spec: the 29 ``chat/*`` action types (30 classes: ``chat/toolCallConfirmed``
+is approved or denied).  They cover the turn lifecycle (start, streamed text
+and reasoning, response parts, usage, the three ways a turn ends), the
+seven-state tool-call machine (with ``auth-required``), pending (steering and
+queued) messages, the draft, input requests as response parts, working
+directories, history paging and truncation.  The rules are those of the
+TypeScript reference reducer (inventory §2, §2.3); this module gives the
+same result for *any* sequence of actions, not only the fixtures'.
 
-Rules worth knowing (inventory §2, §2.3):
+Rules worth knowing:
 
 * Every turn-scoped action is a no-op unless ``turnId`` names the active turn.
+  ``chat/inputRequested`` has no ``turnId``: it targets whatever turn is
+  active, and is a no-op without one.
+* Input requests live in the active turn as ``inputRequest`` parts.  A new
+  request replaces the *unresolved* part with its id in place (keeping its
+  draft answers unless the request brings its own), else it is appended.
+  ``chat/inputAnswerChanged`` and ``chat/inputCompleted`` act on the
+  unresolved part only; completing keeps the part, with ``response`` set and
+  the final answers laid over the drafts.  A turn that ends keeps every part,
+  so unanswered requests stay in the transcript.
 * A turn ends (``chat/turnComplete``, ``chat/turnCancelled``, ``chat/error``)
-  by forcing every unfinished tool call to ``cancelled`` (reason ``skipped``),
-  appending a ``Turn``, clearing the active turn and the input requests.
+  by forcing every unfinished tool call, ``auth-required`` included, to
+  ``cancelled`` (reason ``skipped``) and appending a ``Turn`` that carries the
+  active turn's ``startedAt`` and the action's ``duration`` (never below 0).
+* Tool-call actions change *every* part of the active turn with that
+  ``toolCallId`` (``chat/toolCallStart`` does not check for duplicates);
+  ``chat/delta`` and ``chat/reasoning`` append to the *first* part with that
+  id only, and only if it is of the right kind.
 * ``status`` keeps its flag bits (``IS_READ``, ``IS_ARCHIVED``, unknown bits)
-  and gets its activity bits recomputed (:mod:`._status`) after every action
-  that can change them; ``chat/turnStarted`` and ``chat/inputRequested`` also
-  clear ``IS_READ``.
-* ``modifiedAt`` (an ISO-8601 string from the clock) is touched by turn start
-  and end, input requests and truncation; never by streaming or tool calls.
+  and gets its activity bits recomputed (:mod:`._status`) by turn start and
+  end, truncation, input requested and completed, and the six tool-call
+  transitions (ready, confirmed, complete, result confirmed, auth required,
+  auth resolved).  Those six recompute **even when no tool call matched**
+  (wrong turn, unknown id, a transition the state machine refuses, no active
+  turn), as the reference does: a late ``chat/toolCallComplete`` after
+  ``chat/error`` turns the ``ERROR`` activity into ``IDLE``.
+  ``chat/turnStarted`` and ``chat/inputRequested`` also clear ``IS_READ``.
+* ``chat/toolCallReady`` works from ``streaming``, ``running`` and
+  ``pending-confirmation``; what the action leaves out falls back to the
+  call's current values (tool input, intention, and the confirmation fields
+  of a pending call).  A contributor can be refined, but client ownership is
+  fixed at ``chat/toolCallStart``.  An edited tool input is applied only over
+  an inline (string) input, never over a ``ContentRef``.
+* ``chat/toolCallAuthRequired`` applies only to a running call of an MCP
+  contributor; ``chat/toolCallComplete`` from ``auth-required`` applies only
+  with a failed result, always completes, and keeps the content produced
+  before the pause.
+* A tool call in a status this library does not know (from a newer peer) is
+  left alone by every tool-call action, but a turn end cancels it like any
+  other unfinished call, keeping the fields the reference keeps.
+* ``chat/pendingMessageSet`` and ``chat/pendingMessageRemoved`` treat any
+  kind other than ``steering`` as ``queued``, as the reference does.
+* ``modifiedAt`` (``toISOString`` of the clock, see :mod:`._clock`) is
+  stamped by turn start and end, ``chat/inputRequested``,
+  ``chat/inputAnswerChanged``, ``chat/inputCompleted`` and
+  ``chat/truncated``, and only when they apply.
 
-Every action that changes nothing returns ``state`` itself, so embedders can
-compare with ``is``.
+A reducer returns ``state`` itself exactly when the result equals ``state``:
+no-ops are ``is``-identical, and a changed state is never ``state``.
 
 Streaming is the hot path (``docs/performance.md``): ``chat/delta`` is
 tested before any routing; the text is appended to the part's ``TextBuffer``
-(amortised O(len(delta)), older states keep their text); the part is found
-through a memo of the previous append instead of a scan; and the part, the
+(amortised O(len(delta)), older states keep their text); and the part, the
 active turn and the state are rebuilt by generated copy functions
-(:func:`_replacer`) several times cheaper than :func:`attrs.evolve`.
+(:func:`_replacer`) several times cheaper than :func:`attrs.evolve`.  The
+module holds no mutable state: reducing is a function of the arguments only.
 """
 
 from __future__ import annotations
@@ -39,10 +78,13 @@ import attrs
 from attrs import AttrsInstance
 from typing_extensions import TypeIs, assert_never
 
+from ..errors import ProtocolError
 from ..types import (
     ActiveTurn,
     ChatAction,
+    ChatActivityChangedAction,
     ChatDeltaAction,
+    ChatDraftChangedAction,
     ChatErrorAction,
     ChatInputAnswerChangedAction,
     ChatInputCompletedAction,
@@ -55,6 +97,8 @@ from ..types import (
     ChatResponsePartAction,
     ChatState,
     ChatToolCallApprovedAction,
+    ChatToolCallAuthRequiredAction,
+    ChatToolCallAuthResolvedAction,
     ChatToolCallCompleteAction,
     ChatToolCallContentChangedAction,
     ChatToolCallDeltaAction,
@@ -65,10 +109,14 @@ from ..types import (
     ChatTruncatedAction,
     ChatTurnCancelledAction,
     ChatTurnCompleteAction,
+    ChatTurnsLoadedAction,
     ChatTurnStartedAction,
     ChatUsageAction,
+    ChatWorkingDirectoryRemovedAction,
+    ChatWorkingDirectorySetAction,
     ConfirmationOption,
     ErrorInfo,
+    InputRequestResponsePart,
     MarkdownResponsePart,
     PendingMessage,
     PendingMessageKind,
@@ -76,16 +124,21 @@ from ..types import (
     ResponsePart,
     SessionStatus,
     StateAction,
+    ToolCallAuthRequiredState,
     ToolCallCancellationReason,
     ToolCallCancelledState,
+    ToolCallClientContributor,
     ToolCallCompletedState,
     ToolCallConfirmationReason,
+    ToolCallContributor,
+    ToolCallMcpContributor,
     ToolCallPendingConfirmationState,
     ToolCallPendingResultConfirmationState,
     ToolCallResponsePart,
     ToolCallRunningState,
     ToolCallState,
     ToolCallStreamingState,
+    ToolResultContent,
     Turn,
     TurnState,
     UnknownAction,
@@ -99,6 +152,7 @@ from ._status import chat_status, without_flag
 __all__ = ["chat_reducer"]
 
 _T = TypeVar("_T", bound=AttrsInstance)
+_V = TypeVar("_V")
 
 # ─── Fast copies ─────────────────────────────────────────────────────────────
 #
@@ -115,7 +169,6 @@ _T = TypeVar("_T", bound=AttrsInstance)
 # (a ``TextBuffer`` for a ``_content`` slot).
 
 _KEEP: Final[Any] = object()
-_BUILDING: dict[type, type] = {}
 
 
 def _copier(cls: type[_T], name: str, params: str, values: dict[str, str]) -> Callable[..., _T]:
@@ -127,17 +180,17 @@ def _copier(cls: type[_T], name: str, params: str, values: dict[str, str]) -> Ca
         or any(field.validator is not None for field in fields)
     ):
         raise TypeError(f"{cls.__name__}: fast copies need a slotted class without validators")
-    building = _BUILDING.get(cls)
-    if building is None:
-        building = _BUILDING[cls] = type(
-            f"_Building{cls.__name__}",
-            (cls,),
-            {
-                "__slots__": (),
-                "__setattr__": object.__setattr__,
-                "__delattr__": object.__delattr__,
-            },
-        )
+    # One private subclass per generated function: nothing shared, nothing to
+    # register anywhere.
+    building = type(
+        f"_Building{cls.__name__}",
+        (cls,),
+        {
+            "__slots__": (),
+            "__setattr__": object.__setattr__,
+            "__delattr__": object.__delattr__,
+        },
+    )
     lines = [f"def {name}(__old, {params}):", "    __new = _new(_building)"]
     for field in fields:
         value = values.get(field.name, f"__old.{field.name}")
@@ -181,17 +234,17 @@ def _replacer(cls: type[_T], *names: str) -> Callable[..., _T]:
 
 
 _evolve_state: Final = _evolver(ChatState)
-_evolve_turn: Final = _evolver(ActiveTurn)
 # The streaming path: one replacer per object on the way to a text part.
 _state_with_turn: Final = _replacer(ChatState, "active_turn")
 _turn_with_parts: Final = _replacer(ActiveTurn, "response_parts")
 _markdown_with_content: Final = _replacer(MarkdownResponsePart, "_content")
 _reasoning_with_content: Final = _replacer(ReasoningResponsePart, "_content")
-# Streamed tool-call input (``chat/toolCallDelta``).
+# Tool calls: streamed input, the part around a new call, the recomputed status.
 _streaming_with_input: Final = _replacer(
     ToolCallStreamingState, "meta", "_partial_input", "invocation_message"
 )
 _tool_part_with_call: Final = _replacer(ToolCallResponsePart, "tool_call")
+_state_with_status: Final = _replacer(ChatState, "status")
 
 # ─── Routing ─────────────────────────────────────────────────────────────────
 
@@ -211,27 +264,27 @@ def chat_reducer(
 ) -> ChatState:
     """Apply one action to a chat state and return the new state.
 
-    Pure: ``state`` is never modified, and older states stay valid.  Actions
-    of other channels and :class:`~agenthost_protocol.types.UnknownAction`
-    (after calling ``on_unknown``) return ``state`` itself, as does every
-    action that changes nothing (wrong turn, unknown part or tool call, a
-    transition the tool-call state machine does not allow, ...).  Never
-    raises on well-typed input.  ``now`` supplies ``modifiedAt`` (epoch
-    milliseconds, rendered as ``toISOString`` does; the wall clock when
-    ``None``).
+    Pure: ``state`` is never modified, and older states stay valid.  Returns
+    ``state`` itself exactly when the result equals it: actions of other
+    channels, :class:`~agenthost_protocol.types.UnknownAction` (after calling
+    ``on_unknown``) and every action that changes nothing (wrong turn,
+    unknown part or tool call, a transition the tool-call state machine does
+    not allow, a value set to what it already is, ...).  Never raises on
+    well-typed input.  ``now`` supplies ``modifiedAt`` (epoch milliseconds,
+    rendered as ``toISOString`` does; the wall clock when ``None``).
     """
     if type(action) is ChatDeltaAction:  # the hot path, ahead of the routing
         return _append_text(state, action, MarkdownResponsePart, _markdown_with_content)
     if not _is_chat_action(action):
         return state
     match action:
-        # Streaming first: the match tests its cases in order.
+        # The match tests its cases in order: the most frequent (streaming) first.
         case ChatDeltaAction():
             return _append_text(state, action, MarkdownResponsePart, _markdown_with_content)
         case ChatReasoningAction():
             return _append_text(state, action, ReasoningResponsePart, _reasoning_with_content)
         case ChatToolCallDeltaAction():
-            return _update_tool_call(state, action.turn_id, action.tool_call_id, action, _delta)
+            return _update_tool_calls(state, action, _tool_call_delta)
         case ChatResponsePartAction(turn_id=turn_id, part=part):
             return _append_part(state, turn_id, part)
         case ChatToolCallStartAction():
@@ -239,66 +292,77 @@ def chat_reducer(
                 tool_call_id=action.tool_call_id,
                 tool_name=action.tool_name,
                 display_name=action.display_name,
+                intention=action.intention,
                 contributor=action.contributor,
                 meta=action.meta,
             )
             return _append_part(state, action.turn_id, ToolCallResponsePart(tool_call=streaming))
         case ChatToolCallReadyAction():
-            return _update_tool_call(
-                state, action.turn_id, action.tool_call_id, action, _ready, recompute=True
-            )
-        case ChatToolCallApprovedAction():
-            return _update_tool_call(
-                state, action.turn_id, action.tool_call_id, action, _approved, recompute=True
-            )
-        case ChatToolCallDeniedAction():
-            return _update_tool_call(
-                state, action.turn_id, action.tool_call_id, action, _denied, recompute=True
-            )
+            return _transition(state, action, _ready)
         case ChatToolCallCompleteAction():
-            return _update_tool_call(
-                state, action.turn_id, action.tool_call_id, action, _complete, recompute=True
-            )
-        case ChatToolCallResultConfirmedAction():
-            return _update_tool_call(
-                state,
-                action.turn_id,
-                action.tool_call_id,
-                action,
-                _result_confirmed,
-                recompute=True,
-            )
-        case ChatToolCallContentChangedAction():
-            return _update_tool_call(
-                state, action.turn_id, action.tool_call_id, action, _content_changed
-            )
-        case ChatUsageAction(turn_id=turn_id, usage=usage):
-            turn = state.active_turn
-            if turn is None or turn.id != turn_id:
-                return state
-            return _state_with_turn(state, _evolve_turn(turn, usage=usage))
+            return _transition(state, action, _complete)
         case ChatTurnStartedAction():
             return _turn_started(state, action, now)
-        case ChatTurnCompleteAction(turn_id=turn_id):
-            return _end_turn(state, turn_id, TurnState.COMPLETE, None, now)
-        case ChatTurnCancelledAction(turn_id=turn_id):
-            return _end_turn(state, turn_id, TurnState.CANCELLED, None, now)
-        case ChatErrorAction(turn_id=turn_id, error=error):
-            return _end_turn(state, turn_id, TurnState.ERROR, error, now)
+        case ChatTurnCompleteAction():
+            return _end_turn(state, action, TurnState.COMPLETE, None, now)
+        case ChatTurnCancelledAction():
+            return _end_turn(state, action, TurnState.CANCELLED, None, now)
+        case ChatErrorAction(error=error):
+            return _end_turn(state, action, TurnState.ERROR, error, now)
+        case ChatToolCallApprovedAction():
+            return _transition(state, action, _approved)
+        case ChatToolCallDeniedAction():
+            return _transition(state, action, _denied)
+        case ChatToolCallResultConfirmedAction():
+            return _transition(state, action, _result_confirmed)
+        case ChatToolCallAuthRequiredAction():
+            return _transition(state, action, _auth_required)
+        case ChatToolCallAuthResolvedAction():
+            return _transition(state, action, _auth_resolved)
+        case ChatToolCallContentChangedAction():
+            return _update_tool_calls(state, action, _content_changed)
+        case ChatUsageAction(turn_id=turn_id, usage=usage):
+            turn = state.active_turn
+            if turn is None or turn.id != turn_id or turn.usage == usage:
+                return state
+            return _state_with_turn(state, attrs.evolve(turn, usage=usage))
+        case ChatActivityChangedAction(activity=activity):
+            if state.activity == activity:
+                return state
+            return _evolve_state(state, activity=activity)
+        case ChatWorkingDirectorySetAction(directory=directory):
+            directories = state.working_directories
+            if directories is not None and directory in directories:
+                return state
+            return _evolve_state(state, working_directories=(*(directories or ()), directory))
+        case ChatWorkingDirectoryRemovedAction(directory=directory):
+            directories = state.working_directories
+            if directories is None or directory not in directories:
+                return state
+            index = directories.index(directory)
+            # An empty tuple stays: ``[]`` means "no access", absent means "inherit".
+            remaining = directories[:index] + directories[index + 1 :]
+            return _evolve_state(state, working_directories=remaining)
         case ChatPendingMessageSetAction(kind=kind, id=message_id, message=message):
             return _pending_message_set(state, kind, PendingMessage(id=message_id, message=message))
         case ChatPendingMessageRemovedAction(kind=kind, id=message_id):
             return _pending_message_removed(state, kind, message_id)
         case ChatQueuedMessagesReorderedAction(order=order):
             return _queued_messages_reordered(state, order)
+        case ChatDraftChangedAction(draft=draft):
+            if state.draft == draft:
+                return state
+            return _evolve_state(state, draft=draft)
         case ChatInputRequestedAction(request=request):
             return _input_requested(state, request, now)
         case ChatInputAnswerChangedAction():
             return _input_answer_changed(state, action, now)
-        case ChatInputCompletedAction(request_id=request_id):
-            return _input_completed(state, request_id, now)
+        case ChatInputCompletedAction():
+            return _input_completed(state, action, now)
         case ChatTruncatedAction(turn_id=turn_id):
             return _truncated(state, turn_id, now)
+        case ChatTurnsLoadedAction():
+            return _turns_loaded(state, action)
         case UnknownAction():
             if on_unknown is not None:
                 on_unknown(action)
@@ -307,20 +371,27 @@ def chat_reducer(
             assert_never(action)
 
 
-# The last timestamp rendered, ``(epoch ms, ISO string)``: actions come in
-# bursts within one millisecond, and rendering costs microseconds.
-_last_timestamp: tuple[int, str] = (-1, "")
-
-
 def _timestamp(now: Clock | None) -> str:
     """``modifiedAt`` for now: ``toISOString`` form, e.g. ``1970-01-01T00:00:09.999Z``."""
-    global _last_timestamp  # noqa: PLW0603  (the memo above)
-    ms = now_ms(now)
-    last_ms, text = _last_timestamp
-    if ms != last_ms:
-        text = iso_timestamp(ms)
-        _last_timestamp = (ms, text)
-    return text
+    return iso_timestamp(now_ms(now))
+
+
+def _settled(state: ChatState, new: ChatState) -> ChatState:
+    """``state`` itself when ``new`` equals it, else ``new``.
+
+    For the actions that rebuild the state wholesale (and stamp the time), so
+    a repeat that changes nothing still comes back ``is``-identical.  The
+    comparison is cheap: unchanged members are shared, and tuple and attrs
+    equality test identity first.
+    """
+    if new is not state and new == state:
+        return state
+    return new
+
+
+def _or(value: _V | None, fallback: _V | None) -> _V | None:
+    """JavaScript's ``value ?? fallback`` (``None`` stands for ``undefined``)."""
+    return fallback if value is None else value
 
 
 # ─── Response parts ──────────────────────────────────────────────────────────
@@ -331,18 +402,6 @@ def _raw_get(raw: object, key: str) -> object:
     return raw.get(key) if isinstance(raw, Mapping) else None
 
 
-# The last part a text append went to: ``(parts, part_id, index)``, where
-# ``parts`` is the ``response_parts`` tuple that append *produced*.  The next
-# delta of a stream usually targets the same part of exactly that tuple, and
-# then the scan for the first part with that id can be skipped: the parts
-# before ``index`` are the very objects that were scanned last time, and the
-# part at ``index`` kept its id and kind.  A pure memo: results are identical
-# without it.  One module-level tuple, replaced (never mutated) in one store,
-# so concurrent reducers can only miss it, never misread it; it keeps the
-# last ``response_parts`` tuple alive until the next append.
-_last_append: tuple[tuple[ResponsePart, ...], str, int] = ((), "", -1)
-
-
 def _append_text(
     state: ChatState,
     action: ChatDeltaAction | ChatReasoningAction,
@@ -351,56 +410,48 @@ def _append_text(
 ) -> ChatState:
     """``chat/delta`` and ``chat/reasoning``: append to the first part with that id.
 
-    No-op when the turn is not the active one, no part has that id, or the
+    No-op when the turn is not the active one, no part has that id, the
     first part with that id is not of ``part_class`` (markdown for a delta,
-    reasoning for reasoning).  The hot path of a streaming agent.
+    reasoning for reasoning), or the text is empty.  The hot path of a
+    streaming agent, hence the scan inlined here rather than a call.
+
+    Markdown and reasoning parts match on ``id``, tool-call parts on
+    ``toolCall.toolCallId`` (an unknown tool-call status on its raw
+    ``toolCallId``), parts of an unknown kind on a raw ``id``; content-ref,
+    system-notification and input-request parts have no id and never match.
     """
-    global _last_append  # noqa: PLW0603  (the memo above)
     turn = state.active_turn
     text = action.content
     if turn is None or turn.id != action.turn_id or not text:
         return state
     part_id = action.part_id
     parts = turn.response_parts
-    last_parts, last_id, index = _last_append
-    if last_parts is not parts or last_id != part_id:
-        index = _find_text_part(parts, part_id)
-        if index < 0:
-            return state
-    part = parts[index]
-    if type(part) is not part_class:
-        return state
-    new_part = with_content(part, part._content.appended(text))
-    if index == len(parts) - 1:
-        new_parts = parts[:index] + (new_part,)  # noqa: RUF005  (faster than unpacking)
-    else:
-        new_parts = parts[:index] + (new_part,) + parts[index + 1 :]  # noqa: RUF005
-    _last_append = (new_parts, part_id, index)
-    return _state_with_turn(state, _turn_with_parts(turn, new_parts))
-
-
-def _find_text_part(parts: tuple[ResponsePart, ...], part_id: str) -> int:
-    """The index of the first part whose id is ``part_id``, or -1.
-
-    Markdown and reasoning parts match on ``id``, tool-call parts on
-    ``toolCall.toolCallId``, unknown parts on a raw ``id``; content-ref and
-    system-notification parts have no id and never match.
-    """
-    for index, part in enumerate(parts):
+    index = -1
+    for part in parts:
+        index += 1
         kind = type(part)
-        if kind is MarkdownResponsePart or kind is ReasoningResponsePart:
-            if part.id == part_id:  # type: ignore[union-attr]
-                return index
-        elif kind is ToolCallResponsePart:
+        if kind is ToolCallResponsePart:
             tool_call = part.tool_call  # type: ignore[union-attr]
             if type(tool_call) is not UnknownToolCallState:
                 if tool_call.tool_call_id == part_id:  # type: ignore[union-attr]
-                    return index
+                    return state  # not a text part
             elif _raw_get(tool_call.raw, "toolCallId") == part_id:
-                return index
+                return state
+        elif kind is MarkdownResponsePart or kind is ReasoningResponsePart:
+            if part.id == part_id:  # type: ignore[union-attr]
+                break
         elif kind is UnknownResponsePart and _raw_get(part.raw, "id") == part_id:  # type: ignore[union-attr]
-            return index
-    return -1
+            return state
+    else:
+        return state
+    if kind is not part_class:
+        return state
+    new_part = with_content(part, part._content.appended(text))  # type: ignore[union-attr]
+    if index == len(parts) - 1:  # a stream appends to its newest part
+        new_parts = parts[:index] + (new_part,)  # noqa: RUF005  (faster than unpacking)
+    else:
+        new_parts = parts[:index] + (new_part,) + parts[index + 1 :]  # noqa: RUF005
+    return _state_with_turn(state, _turn_with_parts(turn, new_parts))
 
 
 def _append_part(state: ChatState, turn_id: str, part: ResponsePart) -> ChatState:
@@ -412,36 +463,42 @@ def _append_part(state: ChatState, turn_id: str, part: ResponsePart) -> ChatStat
 
 # ─── Tool calls ──────────────────────────────────────────────────────────────
 
-_A = TypeVar("_A")
+_ToolCallAction = TypeVar(
+    "_ToolCallAction",
+    ChatToolCallDeltaAction,
+    ChatToolCallReadyAction,
+    ChatToolCallApprovedAction,
+    ChatToolCallDeniedAction,
+    ChatToolCallCompleteAction,
+    ChatToolCallResultConfirmedAction,
+    ChatToolCallContentChangedAction,
+    ChatToolCallAuthRequiredAction,
+    ChatToolCallAuthResolvedAction,
+)
 
 
-def _update_tool_call(
+def _update_tool_calls(
     state: ChatState,
-    turn_id: str,
-    tool_call_id: str,
-    action: _A,
-    update: Callable[[ToolCallState, _A], ToolCallState],
-    *,
-    recompute: bool = False,
+    action: _ToolCallAction,
+    update: Callable[[ToolCallState, _ToolCallAction], ToolCallState],
 ) -> ChatState:
-    """Apply ``update`` to every tool call of the active turn with that id.
+    """Apply ``update`` to every tool call of the active turn with the action's id.
 
-    ``update`` returns its argument unchanged when the transition is not
-    allowed; when no tool call changes, ``state`` itself is returned (the
-    status is not recomputed then, unlike the TypeScript reducer, which may
-    "repair" an inconsistent status on a no-op).  With ``recompute`` the
-    activity bits of the new state's status are recomputed.
+    ``update`` returns its argument itself when the transition is not allowed
+    or changes nothing; when no tool call changes, ``state`` itself comes back.
     """
     turn = state.active_turn
-    if turn is None or turn.id != turn_id:
+    if turn is None or turn.id != action.turn_id:
         return state
+    tool_call_id = action.tool_call_id
     parts = turn.response_parts
     new_parts: list[ResponsePart] | None = None
     for index, part in enumerate(parts):
         if type(part) is not ToolCallResponsePart:
             continue
         tool_call = part.tool_call
-        if isinstance(tool_call, UnknownToolCallState) or tool_call.tool_call_id != tool_call_id:
+        # Every transition starts from a known status, so an unknown one never changes.
+        if type(tool_call) is UnknownToolCallState or tool_call.tool_call_id != tool_call_id:  # type: ignore[union-attr]
             continue
         updated = update(tool_call, action)
         if updated is tool_call:
@@ -451,79 +508,156 @@ def _update_tool_call(
         new_parts[index] = _tool_part_with_call(part, updated)
     if new_parts is None:
         return state
-    new_turn = _turn_with_parts(turn, tuple(new_parts))
-    if not recompute:
-        return _state_with_turn(state, new_turn)
-    status = chat_status(state.status, new_turn, state.input_requests)
-    return _evolve_state(state, active_turn=new_turn, status=status)
+    return _state_with_turn(state, _turn_with_parts(turn, tuple(new_parts)))
 
 
-def _delta(tc: ToolCallState, action: ChatToolCallDeltaAction) -> ToolCallState:
-    """``chat/toolCallDelta``: streaming only; append the input, maybe update message and meta."""
+def _transition(
+    state: ChatState,
+    action: _ToolCallAction,
+    update: Callable[[ToolCallState, _ToolCallAction], ToolCallState],
+) -> ChatState:
+    """A tool-call transition that recomputes the status, whether or not a call matched.
+
+    The reference recomputes unconditionally, so a stale activity (``ERROR``
+    after ``chat/error``, or a status a snapshot got wrong) is corrected by
+    any of these actions, even one that changes no tool call.
+    """
+    new = _update_tool_calls(state, action, update)
+    status = chat_status(new.status, new.active_turn)
+    if status != new.status:
+        new = _state_with_status(new, status)
+    return new
+
+
+def _tool_call_delta(tc: ToolCallState, action: ChatToolCallDeltaAction) -> ToolCallState:
+    """``chat/toolCallDelta``: streaming only; append the input if given, maybe message and meta."""
     if type(tc) is not ToolCallStreamingState:
         return tc
     buffer = tc._partial_input
-    invocation_message = action.invocation_message
-    return _streaming_with_input(
-        tc,
-        tc.meta if action.meta is None else action.meta,
-        TextBuffer.of(action.content) if buffer is None else buffer.appended(action.content),
-        tc.invocation_message if invocation_message is None else invocation_message,
+    content = action.content
+    # Appending "" changes nothing, but it does start an (empty) input where
+    # there was none, as ``(partialInput ?? '') + content`` does.
+    if content is not None and (content or buffer is None):
+        buffer = TextBuffer.of(content) if buffer is None else buffer.appended(content)
+    meta = _or(action.meta, tc.meta)
+    invocation_message = (
+        tc.invocation_message if action.invocation_message is None else action.invocation_message
     )
+    if (
+        buffer is tc._partial_input
+        and meta == tc.meta
+        and invocation_message == tc.invocation_message
+    ):
+        return tc
+    return _streaming_with_input(tc, meta, buffer, invocation_message)
+
+
+def _refined_contributor(
+    current: ToolCallContributor | None, proposed: ToolCallContributor | None
+) -> ToolCallContributor | None:
+    """The contributor after ``chat/toolCallReady``: refined, but client ownership is fixed.
+
+    A client contributor is set at ``chat/toolCallStart`` and names the one
+    client that may execute and complete the call: ``toolCallReady`` may not
+    hand the call to another client, take it away from the client, or give a
+    host-side call to a client.
+    """
+    if proposed is None:
+        return current
+    if isinstance(current, ToolCallClientContributor):
+        same_client = (
+            isinstance(proposed, ToolCallClientContributor)
+            and proposed.client_id == current.client_id
+        )
+        return proposed if same_client else current
+    if isinstance(proposed, ToolCallClientContributor):
+        return current
+    return proposed
 
 
 def _ready(tc: ToolCallState, action: ChatToolCallReadyAction) -> ToolCallState:
-    """``chat/toolCallReady``: from streaming, or from running (re-confirmation)."""
-    if type(tc) is not ToolCallStreamingState and type(tc) is not ToolCallRunningState:
+    """``chat/toolCallReady``: from streaming, running (re-confirmation) or pending-confirmation."""
+    tool_input = action.tool_input
+    if isinstance(tc, ToolCallStreamingState):
+        pass  # nothing to fall back on: the input was still streaming
+    elif isinstance(tc, (ToolCallRunningState, ToolCallPendingConfirmationState)):
+        if tool_input is None:
+            tool_input = tc.tool_input
+    else:
         return tc
-    meta = tc.meta if action.meta is None else action.meta
+    new: ToolCallState
     if action.confirmed:
-        return ToolCallRunningState(
+        new = ToolCallRunningState(
             tool_call_id=tc.tool_call_id,
             tool_name=tc.tool_name,
             display_name=tc.display_name,
-            contributor=tc.contributor,
-            meta=meta,
+            intention=_or(action.intention, tc.intention),
+            contributor=_refined_contributor(tc.contributor, action.contributor),
+            meta=_or(action.meta, tc.meta),
             invocation_message=action.invocation_message,
-            tool_input=action.tool_input,
+            tool_input=tool_input,
             confirmed=action.confirmed,
         )
-    return ToolCallPendingConfirmationState(
-        tool_call_id=tc.tool_call_id,
-        tool_name=tc.tool_name,
-        display_name=tc.display_name,
-        contributor=tc.contributor,
-        meta=meta,
-        invocation_message=action.invocation_message,
-        tool_input=action.tool_input,
-        confirmation_title=action.confirmation_title,
-        edits=action.edits,
-        editable=action.editable,
-        options=action.options,
-    )
+    else:
+        # A call that was already pending keeps what this action does not restate.
+        previous = tc if isinstance(tc, ToolCallPendingConfirmationState) else _NOTHING_PENDING
+        new = ToolCallPendingConfirmationState(
+            tool_call_id=tc.tool_call_id,
+            tool_name=tc.tool_name,
+            display_name=tc.display_name,
+            intention=_or(action.intention, tc.intention),
+            contributor=_refined_contributor(tc.contributor, action.contributor),
+            meta=_or(action.meta, tc.meta),
+            invocation_message=action.invocation_message,
+            tool_input=tool_input,
+            confirmation_title=(
+                previous.confirmation_title
+                if action.confirmation_title is None
+                else action.confirmation_title
+            ),
+            risk_assessment=(
+                previous.risk_assessment
+                if action.risk_assessment is None
+                else action.risk_assessment
+            ),
+            edits=previous.edits if action.edits is None else action.edits,
+            editable=previous.editable if action.editable is None else action.editable,
+            options=previous.options if action.options is None else action.options,
+        )
+    return tc if new == tc else new
+
+
+# What a call that was not pending has to fall back on: nothing.
+_NOTHING_PENDING: Final = ToolCallPendingConfirmationState(
+    tool_call_id="", tool_name="", display_name="", invocation_message=""
+)
 
 
 def _selected_option(
     options: tuple[ConfirmationOption, ...] | None, option_id: str | None
 ) -> ConfirmationOption | None:
-    if not option_id or not options:
+    if not option_id or options is None:
         return None
     return next((option for option in options if option.id == option_id), None)
 
 
 def _approved(tc: ToolCallState, action: ChatToolCallApprovedAction) -> ToolCallState:
     """``chat/toolCallConfirmed`` (approved): pending-confirmation → running."""
-    if type(tc) is not ToolCallPendingConfirmationState:
+    if not isinstance(tc, ToolCallPendingConfirmationState):
         return tc
-    edited = action.edited_tool_input
+    tool_input = tc.tool_input
+    # A ContentRef input is edited by rewriting the resource it points to.
+    if action.edited_tool_input is not None and isinstance(tool_input, str):
+        tool_input = action.edited_tool_input
     return ToolCallRunningState(
         tool_call_id=tc.tool_call_id,
         tool_name=tc.tool_name,
         display_name=tc.display_name,
+        intention=tc.intention,
         contributor=tc.contributor,
-        meta=tc.meta if action.meta is None else action.meta,
+        meta=_or(action.meta, tc.meta),
         invocation_message=tc.invocation_message,
-        tool_input=tc.tool_input if edited is None else edited,
+        tool_input=tool_input,
         confirmed=action.confirmed,
         selected_option=_selected_option(tc.options, action.selected_option_id),
     )
@@ -531,14 +665,15 @@ def _approved(tc: ToolCallState, action: ChatToolCallApprovedAction) -> ToolCall
 
 def _denied(tc: ToolCallState, action: ChatToolCallDeniedAction) -> ToolCallState:
     """``chat/toolCallConfirmed`` (denied): pending-confirmation → cancelled."""
-    if type(tc) is not ToolCallPendingConfirmationState:
+    if not isinstance(tc, ToolCallPendingConfirmationState):
         return tc
     return ToolCallCancelledState(
         tool_call_id=tc.tool_call_id,
         tool_name=tc.tool_name,
         display_name=tc.display_name,
+        intention=tc.intention,
         contributor=tc.contributor,
-        meta=tc.meta if action.meta is None else action.meta,
+        meta=_or(action.meta, tc.meta),
         invocation_message=tc.invocation_message,
         tool_input=tc.tool_input,
         reason=action.reason,
@@ -549,35 +684,44 @@ def _denied(tc: ToolCallState, action: ChatToolCallDeniedAction) -> ToolCallStat
 
 
 def _complete(tc: ToolCallState, action: ChatToolCallCompleteAction) -> ToolCallState:
-    """``chat/toolCallComplete``: from running, or from pending-confirmation (``not-needed``)."""
-    if type(tc) is ToolCallRunningState:
-        confirmed = tc.confirmed
-        selected_option = tc.selected_option
-    elif type(tc) is ToolCallPendingConfirmationState:
-        confirmed = ToolCallConfirmationReason.NOT_NEEDED
-        selected_option = None
+    """``chat/toolCallComplete``: from running, pending-confirmation or (failing) auth-required."""
+    result = action.result
+    pre_auth_content: tuple[ToolResultContent, ...] | None = None
+    from_auth = isinstance(tc, ToolCallAuthRequiredState)
+    if isinstance(tc, ToolCallRunningState):
+        confirmed, selected_option = tc.confirmed, tc.selected_option
+    elif isinstance(tc, ToolCallAuthRequiredState):
+        # Execution never resumed after the auth challenge, so only a failure
+        # (the client giving up) can end it; the content produced before the
+        # pause is all the tool ever produced.
+        if result.success:
+            return tc
+        confirmed, selected_option = tc.confirmed, tc.selected_option
+        pre_auth_content = tc.content
+    elif isinstance(tc, ToolCallPendingConfirmationState):
+        confirmed, selected_option = ToolCallConfirmationReason.NOT_NEEDED, None
     else:
         return tc
-    result = action.result
-    # Both outcomes carry the same fields; only the status differs.
+    # An abandoned auth challenge leaves no result to review.
     finished = (
         ToolCallPendingResultConfirmationState
-        if action.requires_result_confirmation
+        if action.requires_result_confirmation and not from_auth
         else ToolCallCompletedState
     )
     return finished(
         tool_call_id=tc.tool_call_id,
         tool_name=tc.tool_name,
         display_name=tc.display_name,
+        intention=tc.intention,
         contributor=tc.contributor,
-        meta=tc.meta if action.meta is None else action.meta,
+        meta=_or(action.meta, tc.meta),
         invocation_message=tc.invocation_message,
         tool_input=tc.tool_input,
         confirmed=confirmed,
         selected_option=selected_option,
         success=result.success,
         past_tense_message=result.past_tense_message,
-        content=result.content,
+        content=_or(result.content, pre_auth_content),
         structured_content=result.structured_content,
         error=result.error,
     )
@@ -587,14 +731,15 @@ def _result_confirmed(
     tc: ToolCallState, action: ChatToolCallResultConfirmedAction
 ) -> ToolCallState:
     """``chat/toolCallResultConfirmed``: pending-result-confirmation → completed or cancelled."""
-    if type(tc) is not ToolCallPendingResultConfirmationState:
+    if not isinstance(tc, ToolCallPendingResultConfirmationState):
         return tc
-    meta = tc.meta if action.meta is None else action.meta
+    meta = _or(action.meta, tc.meta)
     if action.approved:
         return ToolCallCompletedState(
             tool_call_id=tc.tool_call_id,
             tool_name=tc.tool_name,
             display_name=tc.display_name,
+            intention=tc.intention,
             contributor=tc.contributor,
             meta=meta,
             invocation_message=tc.invocation_message,
@@ -611,6 +756,7 @@ def _result_confirmed(
         tool_call_id=tc.tool_call_id,
         tool_name=tc.tool_name,
         display_name=tc.display_name,
+        intention=tc.intention,
         contributor=tc.contributor,
         meta=meta,
         invocation_message=tc.invocation_message,
@@ -622,10 +768,54 @@ def _result_confirmed(
 
 def _content_changed(tc: ToolCallState, action: ChatToolCallContentChangedAction) -> ToolCallState:
     """``chat/toolCallContentChanged``: running only; replace ``content``, maybe ``_meta``."""
-    if type(tc) is not ToolCallRunningState:
+    if not isinstance(tc, ToolCallRunningState):
         return tc
-    meta = tc.meta if action.meta is None else action.meta
+    meta = _or(action.meta, tc.meta)
+    if action.content == tc.content and meta == tc.meta:
+        return tc
     return attrs.evolve(tc, content=action.content, meta=meta)
+
+
+def _auth_required(tc: ToolCallState, action: ChatToolCallAuthRequiredAction) -> ToolCallState:
+    """``chat/toolCallAuthRequired``: running → auth-required, for an MCP server's call only."""
+    if not isinstance(tc, ToolCallRunningState):
+        return tc
+    contributor = tc.contributor
+    if not isinstance(contributor, ToolCallMcpContributor):
+        return tc
+    return ToolCallAuthRequiredState(
+        tool_call_id=tc.tool_call_id,
+        tool_name=tc.tool_name,
+        display_name=tc.display_name,
+        intention=tc.intention,
+        contributor=contributor,
+        meta=_or(action.meta, tc.meta),
+        invocation_message=tc.invocation_message,
+        tool_input=tc.tool_input,
+        confirmed=tc.confirmed,
+        selected_option=tc.selected_option,
+        content=tc.content,
+        auth=action.auth,
+    )
+
+
+def _auth_resolved(tc: ToolCallState, action: ChatToolCallAuthResolvedAction) -> ToolCallState:
+    """``chat/toolCallAuthResolved``: auth-required → running; the requirement is dropped."""
+    if not isinstance(tc, ToolCallAuthRequiredState):
+        return tc
+    return ToolCallRunningState(
+        tool_call_id=tc.tool_call_id,
+        tool_name=tc.tool_name,
+        display_name=tc.display_name,
+        intention=tc.intention,
+        contributor=tc.contributor,
+        meta=_or(action.meta, tc.meta),
+        invocation_message=tc.invocation_message,
+        tool_input=tc.tool_input,
+        confirmed=tc.confirmed,
+        selected_option=tc.selected_option,
+        content=tc.content,
+    )
 
 
 def _force_cancel(part: ResponsePart) -> ResponsePart:
@@ -636,7 +826,7 @@ def _force_cancel(part: ResponsePart) -> ResponsePart:
     if isinstance(tc, (ToolCallCompletedState, ToolCallCancelledState)):
         return part
     if isinstance(tc, UnknownToolCallState):
-        return part  # a status from a newer peer: not ours to judge
+        return ToolCallResponsePart(tool_call=_cancelled_from_unknown(tc))
     if isinstance(tc, ToolCallStreamingState):
         invocation_message = "" if tc.invocation_message is None else tc.invocation_message
         tool_input = None
@@ -647,6 +837,7 @@ def _force_cancel(part: ResponsePart) -> ResponsePart:
         tool_call_id=tc.tool_call_id,
         tool_name=tc.tool_name,
         display_name=tc.display_name,
+        intention=tc.intention,
         contributor=tc.contributor,
         meta=tc.meta,
         invocation_message=invocation_message,
@@ -656,15 +847,51 @@ def _force_cancel(part: ResponsePart) -> ResponsePart:
     return ToolCallResponsePart(tool_call=cancelled)
 
 
+# The fields of an unknown status that a cancelled call keeps (wire names).
+_KEPT_ON_CANCEL: Final = (
+    "toolCallId",
+    "toolName",
+    "displayName",
+    "intention",
+    "contributor",
+    "_meta",
+    "invocationMessage",
+    "toolInput",
+)
+
+
+def _cancelled_from_unknown(tc: UnknownToolCallState) -> ToolCallState:
+    """A call in a status from a newer peer, cancelled as the reference cancels it.
+
+    The reference cancels every status other than completed and cancelled,
+    keeping the base fields, the invocation message and the tool input.  When
+    the raw call lacks a field a cancelled call requires, the reference's
+    result is ill-formed and no ``ToolCallCancelledState`` can hold it; it is
+    then kept as an :class:`UnknownToolCallState` whose ``raw`` is exactly
+    that result, so the wire form still matches the reference.
+    """
+    from .. import wire  # noqa: PLC0415  (only this rare path needs the codec)
+
+    raw = tc.raw
+    cancelled = {"status": "cancelled"}
+    cancelled.update((key, raw[key]) for key in _KEPT_ON_CANCEL if raw.get(key) is not None)
+    cancelled["reason"] = "skipped"
+    try:
+        known: ToolCallCancelledState = wire.structure(cancelled, ToolCallCancelledState)
+    except ProtocolError:
+        return UnknownToolCallState(status="cancelled", raw=cancelled)
+    return known
+
+
 # ─── Turn lifecycle ──────────────────────────────────────────────────────────
 
 
 def _turn_started(state: ChatState, action: ChatTurnStartedAction, now: Clock | None) -> ChatState:
     """``chat/turnStarted``: a fresh active turn (replacing any), IS_READ cleared."""
-    turn = ActiveTurn(id=action.turn_id, message=action.message, response_parts=())
-    status = without_flag(
-        chat_status(state.status, turn, state.input_requests), SessionStatus.IS_READ
+    turn = ActiveTurn(
+        id=action.turn_id, started_at=action.started_at, message=action.message, response_parts=()
     )
+    status = without_flag(chat_status(state.status, turn), SessionStatus.IS_READ)
     steering = state.steering_message
     queued = state.queued_messages
     consumed = action.queued_message_id
@@ -674,7 +901,7 @@ def _turn_started(state: ChatState, action: ChatTurnStartedAction, now: Clock | 
         if queued is not None:
             kept = tuple(message for message in queued if message.id != consumed)
             queued = (queued if len(kept) == len(queued) else kept) or None
-    return _evolve_state(
+    new = _evolve_state(
         state,
         active_turn=turn,
         status=status,
@@ -682,24 +909,27 @@ def _turn_started(state: ChatState, action: ChatTurnStartedAction, now: Clock | 
         steering_message=steering,
         queued_messages=queued,
     )
+    return _settled(state, new)
 
 
 def _end_turn(
     state: ChatState,
-    turn_id: str,
+    action: ChatTurnCompleteAction | ChatTurnCancelledAction | ChatErrorAction,
     end: TurnState,
     error: ErrorInfo | None,
     now: Clock | None,
 ) -> ChatState:
     """``chat/turnComplete`` / ``turnCancelled`` / ``error``: archive the active turn."""
     turn = state.active_turn
-    if turn is None or turn.id != turn_id:
+    if turn is None or turn.id != action.turn_id:
         return state
-    parts = turn.response_parts
     finished = Turn(
         id=turn.id,
+        started_at=turn.started_at,
+        # The duration is the producer's; a negative one would only confuse a display.
+        duration=max(0, action.duration),
         message=turn.message,
-        response_parts=tuple(_force_cancel(part) for part in parts),
+        response_parts=tuple(_force_cancel(part) for part in turn.response_parts),
         usage=turn.usage,
         state=end,
         error=error,
@@ -708,31 +938,42 @@ def _end_turn(
         state,
         turns=(*state.turns, finished),
         active_turn=None,
-        input_requests=None,
         modified_at=_timestamp(now),
-        status=chat_status(state.status, None, None, error=end is TurnState.ERROR),
+        status=chat_status(state.status, None, error=end is TurnState.ERROR),
     )
 
 
 def _truncated(state: ChatState, turn_id: str | None, now: Clock | None) -> ChatState:
     """``chat/truncated``: keep the turns up to and including ``turn_id`` (none without it)."""
+    cursor = state.turns_next_cursor
     if turn_id is None:
-        turns: tuple[Any, ...] = ()
+        turns: tuple[Turn, ...] = ()
+        cursor = None  # nothing older is left to page in
     else:
         index = next((i for i, turn in enumerate(state.turns) if turn.id == turn_id), -1)
         if index < 0:
             return state
         turns = state.turns[: index + 1]
-        if len(turns) == len(state.turns):
-            turns = state.turns
-    return _evolve_state(
+    new = _evolve_state(
         state,
         turns=turns,
+        turns_next_cursor=cursor,
         active_turn=None,
-        input_requests=None,
         modified_at=_timestamp(now),
-        status=chat_status(state.status, None, None),
+        status=chat_status(state.status, None),
     )
+    return _settled(state, new)
+
+
+def _turns_loaded(state: ChatState, action: ChatTurnsLoadedAction) -> ChatState:
+    """``chat/turnsLoaded``: prepend the older turns not already present; set the cursor."""
+    present = {turn.id for turn in state.turns}
+    older = tuple(turn for turn in action.turns if turn.id not in present)
+    cursor = action.turns_next_cursor
+    if not older and cursor == state.turns_next_cursor:
+        return state
+    turns = older + state.turns if older else state.turns
+    return _evolve_state(state, turns=turns, turns_next_cursor=cursor)
 
 
 # ─── Pending messages ────────────────────────────────────────────────────────
@@ -741,17 +982,16 @@ def _truncated(state: ChatState, turn_id: str | None, now: Clock | None) -> Chat
 def _pending_message_set(
     state: ChatState, kind: PendingMessageKind | str, entry: PendingMessage
 ) -> ChatState:
-    """``chat/pendingMessageSet``: replace the steering message, or upsert a queued one.
-
-    A kind this library does not know is a no-op.
-    """
+    """``chat/pendingMessageSet``: replace the steering message, or upsert a queued one."""
     if kind == PendingMessageKind.STEERING:
+        if state.steering_message == entry:
+            return state
         return _evolve_state(state, steering_message=entry)
-    if kind != PendingMessageKind.QUEUED:
-        return state
     queued = state.queued_messages or ()
     for index, message in enumerate(queued):
         if message.id == entry.id:
+            if message == entry:
+                return state
             updated = (*queued[:index], entry, *queued[index + 1 :])
             return _evolve_state(state, queued_messages=updated)
     return _evolve_state(state, queued_messages=(*queued, entry))
@@ -766,8 +1006,6 @@ def _pending_message_removed(
         if steering is None or steering.id != message_id:
             return state
         return _evolve_state(state, steering_message=None)
-    if kind != PendingMessageKind.QUEUED:
-        return state
     queued = state.queued_messages
     if queued is None:
         return state
@@ -804,66 +1042,88 @@ def _queued_messages_reordered(state: ChatState, order: tuple[str, ...]) -> Chat
 # ─── Input requests ──────────────────────────────────────────────────────────
 
 
-def _find_request(state: ChatState, request_id: str) -> int:
-    requests = state.input_requests
-    if requests:
-        for index, request in enumerate(requests):
-            if request.id == request_id:
-                return index
+def _open_input_request(parts: tuple[ResponsePart, ...], request_id: str) -> int:
+    """The index of the first unresolved ``inputRequest`` part for ``request_id``, or -1."""
+    for index, part in enumerate(parts):
+        if (
+            type(part) is InputRequestResponsePart
+            and part.response is None
+            and part.request.id == request_id
+        ):
+            return index
     return -1
 
 
+def _with_part(turn: ActiveTurn, index: int, part: ResponsePart) -> ActiveTurn:
+    parts = turn.response_parts
+    return _turn_with_parts(turn, (*parts[:index], part, *parts[index + 1 :]))
+
+
 def _input_requested(state: ChatState, request: ChatInputRequest, now: Clock | None) -> ChatState:
-    """``chat/inputRequested``: upsert by id (keeping old answers unless new ones come)."""
-    requests = state.input_requests or ()
-    index = _find_request(state, request.id)
+    """``chat/inputRequested``: upsert an ``inputRequest`` part into the active turn."""
+    turn = state.active_turn
+    if turn is None:
+        return state
+    index = _open_input_request(turn.response_parts, request.id)
     if index < 0:
-        requests = (*requests, request)
+        new_turn = _turn_with_parts(
+            turn, (*turn.response_parts, InputRequestResponsePart(request=request))
+        )
     else:
-        old = requests[index]
-        if request.answers is None and old.answers is not None:
-            request = attrs.evolve(request, answers=old.answers)
-        requests = (*requests[:index], request, *requests[index + 1 :])
-    status = without_flag(
-        chat_status(state.status, state.active_turn, requests), SessionStatus.IS_READ
-    )
-    return _evolve_state(state, input_requests=requests, status=status, modified_at=_timestamp(now))
+        old = turn.response_parts[index]
+        assert type(old) is InputRequestResponsePart
+        # Drafts the clients already synced survive a re-sent request.
+        if request.answers is None and old.request.answers is not None:
+            request = attrs.evolve(request, answers=old.request.answers)
+        new_turn = _with_part(turn, index, InputRequestResponsePart(request=request))
+    status = without_flag(chat_status(state.status, new_turn), SessionStatus.IS_READ)
+    new = _evolve_state(state, active_turn=new_turn, status=status, modified_at=_timestamp(now))
+    return _settled(state, new)
 
 
 def _input_answer_changed(
     state: ChatState, action: ChatInputAnswerChangedAction, now: Clock | None
 ) -> ChatState:
     """``chat/inputAnswerChanged``: set (or, without ``answer``, delete) one draft answer."""
-    index = _find_request(state, action.request_id)
+    turn = state.active_turn
+    if turn is None:
+        return state
+    index = _open_input_request(turn.response_parts, action.request_id)
     if index < 0:
         return state
-    requests = state.input_requests
-    assert requests is not None
-    request = requests[index]
-    answers = dict(request.answers) if request.answers else {}
+    part = turn.response_parts[index]
+    assert type(part) is InputRequestResponsePart
+    answers = dict(part.request.answers) if part.request.answers else {}
     if action.answer is None:
         answers.pop(action.question_id, None)
     else:
         answers[action.question_id] = action.answer
-    updated = attrs.evolve(request, answers=answers or None)
-    return _evolve_state(
-        state,
-        input_requests=(*requests[:index], updated, *requests[index + 1 :]),
-        modified_at=_timestamp(now),
-    )
+    request = attrs.evolve(part.request, answers=answers or None)
+    new_turn = _with_part(turn, index, attrs.evolve(part, request=request))
+    new = _evolve_state(state, active_turn=new_turn, modified_at=_timestamp(now))
+    return _settled(state, new)
 
 
-def _input_completed(state: ChatState, request_id: str, now: Clock | None) -> ChatState:
-    """``chat/inputCompleted``: remove the request (its ``answers`` payload is not applied)."""
-    index = _find_request(state, request_id)
+def _input_completed(
+    state: ChatState, action: ChatInputCompletedAction, now: Clock | None
+) -> ChatState:
+    """``chat/inputCompleted``: resolve the part in place, final answers over the drafts."""
+    turn = state.active_turn
+    if turn is None:
+        return state
+    index = _open_input_request(turn.response_parts, action.request_id)
     if index < 0:
         return state
-    requests = state.input_requests
-    assert requests is not None
-    remaining = (*requests[:index], *requests[index + 1 :]) or None
+    part = turn.response_parts[index]
+    assert type(part) is InputRequestResponsePart
+    answers = {**(part.request.answers or {}), **(action.answers or {})}
+    request = attrs.evolve(part.request, answers=answers or None)
+    new_turn = _with_part(
+        turn, index, InputRequestResponsePart(request=request, response=action.response)
+    )
     return _evolve_state(
         state,
-        input_requests=remaining,
+        active_turn=new_turn,
+        status=chat_status(state.status, new_turn),
         modified_at=_timestamp(now),
-        status=chat_status(state.status, state.active_turn, remaining),
     )

@@ -40,6 +40,9 @@ DELTAS_PER_SECTION = 40
 ACTIONS_PER_TURN = 2 + SECTIONS_PER_TURN * (1 + DELTAS_PER_SECTION + 4)
 DELTA = "lorem ip"
 CLOCK = 1_750_000_000_000
+STARTED_AT = "2025-06-15T12:00:00.000Z"
+TURN_MS = 4_200
+"""The ``duration`` each turn reports."""
 
 
 def add_timer_option(parser: argparse.ArgumentParser) -> None:
@@ -82,7 +85,9 @@ def turn_actions(turn: int) -> list[ChatAction]:
     """The 227 actions of one turn."""
     turn_id = f"turn-{turn}"
     user = Message(text=f"Question {turn}", origin=MessageOrigin(kind=MessageKind.USER))
-    actions: list[ChatAction] = [ChatTurnStartedAction(turn_id=turn_id, message=user)]
+    actions: list[ChatAction] = [
+        ChatTurnStartedAction(turn_id=turn_id, started_at=STARTED_AT, message=user)
+    ]
     for section in range(SECTIONS_PER_TURN):
         part_id = f"md-{turn}-{section}"
         tool_call_id = f"tc-{turn}-{section}"
@@ -120,7 +125,7 @@ def turn_actions(turn: int) -> list[ChatAction]:
                 ),
             ),
         ]
-    actions.append(ChatTurnCompleteAction(turn_id=turn_id))
+    actions.append(ChatTurnCompleteAction(turn_id=turn_id, duration=TURN_MS))
     assert len(actions) == ACTIONS_PER_TURN
     return actions
 
@@ -136,6 +141,7 @@ def check_final(state: ChatState, turns: int, *, deltas: bool = True) -> None:
     assert len(state.turns) == turns
     assert state.status == SessionStatus.IDLE
     last = state.turns[-1]
+    assert last.started_at == STARTED_AT and last.duration == TURN_MS
     assert len(last.response_parts) == 2 * SECTIONS_PER_TURN
     text = last.response_parts[0]
     assert isinstance(text, MarkdownResponsePart)

@@ -42,6 +42,7 @@ def initial_state() -> ChatState:
     message = Message(text="Hello", origin=MessageOrigin(kind=MessageKind.USER))
     turn = ActiveTurn(
         id="turn-1",
+        started_at="1970-01-01T00:00:00.000Z",
         message=message,
         response_parts=(MarkdownResponsePart(id="md-1", content=""),),
     )

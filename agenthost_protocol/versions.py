@@ -36,7 +36,7 @@ from typing import Any, Final, TypeAlias, TypeVar
 
 from attrs import field, frozen
 
-from .errors import LocalProtocolError, UnsupportedProtocolVersion
+from .errors import InvalidParams, LocalProtocolError, UnsupportedProtocolVersion
 from .semver import (
     InvalidVersion,
     Version,
@@ -510,15 +510,25 @@ def select_version_from_supported(
     ``supportedVersions`` (exact versions or ranges) admits, or ``None``.
 
     Entries of ``supported`` that do not parse are skipped: they came from the
-    peer.  ``candidates`` must be well formed.
+    peer; ``supported`` itself must be an array (any iterable but a string or a
+    mapping), else
+    :class:`~agenthost_protocol.errors.InvalidParams` is raised.  ``candidates``
+    must be well formed.
     """
-    specs = (
-        supported.supported_versions
-        if isinstance(supported, UnsupportedProtocolVersionErrorData)
-        else tuple(supported)
-    )
+    if isinstance(supported, UnsupportedProtocolVersionErrorData):
+        specs: tuple[object, ...] = supported.supported_versions
+    elif isinstance(supported, Iterable) and not isinstance(supported, (str, bytes, Mapping)):
+        specs = tuple(supported)
+    else:
+        # The host's ``supportedVersions`` is peer data: anything but an array
+        # of strings is the peer's fault, not a crash.
+        raise InvalidParams(
+            f"supportedVersions must be an array of strings, got {type(supported).__name__}",
+            path="$.supportedVersions",
+        )
+    texts = tuple(spec for spec in specs if isinstance(spec, str))
     for candidate in candidates:
-        if matches_any(_parse(candidate), specs):
+        if matches_any(_parse(candidate), texts):
             return candidate
     return None
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import types as _pytypes
 from collections.abc import Callable, Mapping
 from enum import Enum, IntFlag
@@ -46,8 +47,16 @@ from cattrs.errors import (
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
 from . import types as t
+from ._json import JsonValueError, copy_json, lone_surrogate_at
 from .channels import STATE_TYPES, channel_kind
-from .errors import InvalidParams, InvalidRequest, MethodNotFound, ParseError, ProtocolError
+from .errors import (
+    InvalidParams,
+    InvalidRequest,
+    LocalProtocolError,
+    MethodNotFound,
+    ParseError,
+    ProtocolError,
+)
 from .methods import METHODS, MessageKind
 from .types._tags import ACTION_CLASSES, TAGGED_UNIONS
 from .types._text import TextBuffer
@@ -119,9 +128,11 @@ def wire_name(a: attrs.Attribute[Any]) -> str:
 
 def _s_str(value: Any, _: Any) -> str:
     if type(value) is str:
+        if not value.isascii() and lone_surrogate_at(value) >= 0:
+            raise _Fail("a string holds a lone surrogate")
         return value
     if isinstance(value, str):
-        return str(value)
+        return _s_str(str(value), _)
     raise _expected("a string", value)
 
 
@@ -152,13 +163,21 @@ def _s_bool(value: Any, _: Any) -> bool:
     raise _expected("a boolean", value)
 
 
+def _json_copy(value: Any) -> Any:
+    """A validated deep copy of a JSON value: model values never alias the caller's."""
+    try:
+        return copy_json(value)
+    except JsonValueError as e:
+        raise _Fail(e.message, e.path) from None
+
+
 def _s_any(value: Any, _: Any) -> Any:
-    return value
+    return _json_copy(value)
 
 
 def _s_text(value: Any, _: Any) -> TextBuffer:
     if isinstance(value, str):
-        return TextBuffer.of(value)
+        return TextBuffer.of(_s_str(value, _))
     raise _expected("a string", value)
 
 
@@ -327,14 +346,21 @@ class _Codec:
             if tag_key not in value:
                 raise _Fail("required field missing", (tag_key,))
             tag = value[tag_key]
-            hit = hooks.get(tag) if isinstance(tag, (str, bool)) else None
-            if hit is not None and (tag_key != "approved" or isinstance(tag, bool)):
+            if tag_key == "approved":
+                hit = hooks.get(tag) if isinstance(tag, bool) else None
+            elif type(tag) is str:
+                hit = hooks.get(tag)
+            else:
+                # Tags are strings: a number, null or array is a malformed value,
+                # not a variant from a newer peer.
+                raise _Fail(f"the {tag_key!r} discriminator must be a string", (tag_key,))
+            if hit is not None:
                 cls, hook = hit
                 return hook(value, cls)
             if unknown is None:
                 raise _Fail(f"unknown {tag_key} {tag!r}", (tag_key,))
             # Each Unknown<Union> names its tag field after the wire key.
-            return unknown(**{tag_key: tag, "raw": value})
+            return unknown(**{tag_key: _s_str(tag, None), "raw": _json_copy(value)})
 
         return tagged
 
@@ -344,9 +370,11 @@ class _Codec:
         tag = value.get("type", _MISSING)
         if tag is _MISSING:
             raise _Fail("required field missing", ("type",))
-        target = _ACTION_TAGS.get(tag) if isinstance(tag, str) else None
+        if type(tag) is not str:
+            raise _Fail("the 'type' discriminator must be a string", ("type",))
+        target = _ACTION_TAGS.get(tag)
         if target is None:
-            return t.UnknownAction(type=tag, raw=value)
+            return t.UnknownAction(type=_s_str(tag, None), raw=_json_copy(value))
         hook = self.action_hooks.get(target)
         if hook is None:
             # Resolved lazily: the hooks of the action classes are built on first use.
@@ -407,7 +435,8 @@ class _Codec:
             def obj(value: Any, _: Any) -> dict[str, Any]:
                 if type(value) is not dict:
                     raise _expected("an object", value)
-                return value
+                copied: dict[str, Any] = _json_copy(value)
+                return copied
 
             return obj
         hook = self.c.get_structure_hook(item)
@@ -451,7 +480,10 @@ class _Codec:
                     raise _expected("an object", value)
                 if tag_key not in value:
                     raise _Fail("required field missing", (tag_key,))
-                return cls(**{tag_key: value[tag_key], "raw": value})
+                tag = value[tag_key]
+                if type(tag) is not str:
+                    raise _Fail(f"the {tag_key!r} discriminator must be a string", (tag_key,))
+                return cls(**{tag_key: _s_str(tag, None), "raw": _json_copy(value)})
 
             return unknown
         fields = attrs.fields(cls)
@@ -493,7 +525,8 @@ class _Codec:
 
     def class_unstructure(self, cls: type) -> Callable[[Any], Any]:
         if cls in _UNKNOWN_CLASSES:
-            return lambda obj: dict(obj.raw)
+            # A copy: encoding never hands out the model's own objects.
+            return lambda obj: copy_json(obj.raw)
         fields = attrs.fields(cls)
         overrides = {
             a.name: override(rename=wire_name(a), omit_if_default=a.default is None)
@@ -592,6 +625,11 @@ def _is_mapping(tp: Any) -> bool:
     return tp in (Mapping, dict) or get_origin(tp) in (Mapping, dict)
 
 
+def _is_json_mapping(tp: Any) -> bool:
+    """``Mapping[str, Any]``: an open JSON object (``_meta``, config values, schemas)."""
+    return _is_mapping(tp) and get_args(tp)[1:] == (Any,)
+
+
 def _is_literal(tp: Any) -> bool:
     return get_origin(tp) is Literal
 
@@ -612,6 +650,15 @@ def _make_converter() -> cattrs.Converter:
     conv.register_structure_hook(t.SessionStatus, _s_status)
     conv.register_structure_hook_func(_is_any, _s_any)
     conv.register_unstructure_hook(TextBuffer, lambda b: b.value)
+    def unstructure_any(value: Any) -> Any:
+        # An ``Any`` field may hold a model value (generic JSON-RPC params);
+        # otherwise it is JSON, copied so the model's own objects stay private.
+        if attrs.has(type(value)) or isinstance(value, (Enum, TextBuffer)):
+            return conv.unstructure(value)
+        return copy_json(value)
+
+    conv.register_unstructure_hook_func(_is_any, unstructure_any)
+    conv.register_unstructure_hook_func(_is_json_mapping, copy_json)
     for name in (*t.enums.__all__, *t.error_codes.__all__):
         enum_cls = getattr(t.enums, name, None) or getattr(t.error_codes, name)
         if (isinstance(enum_cls, type) and issubclass(enum_cls, Enum)
@@ -635,10 +682,16 @@ def _make_converter() -> cattrs.Converter:
     conv.register_unstructure_hook_factory(
         lambda tp: isinstance(tp, type) and attrs.has(tp), codec.class_unstructure
     )
-    # Unions unstructure by the runtime class of the value.
-    conv.register_unstructure_hook_func(
-        _is_union, lambda v: conv.unstructure(v, unstructure_as=type(v))
-    )
+    def union_unstructure(tp: Any) -> Callable[[Any], Any]:
+        members = _union_members(tp)
+        if len(members) == 1:
+            # ``X | None``: encode as ``X`` (``Mapping[str, Any]`` stays JSON, copied).
+            hook = conv.get_unstructure_hook(members[0])
+            return lambda v: None if v is None else hook(v)
+        # Other unions unstructure by the runtime class of the value.
+        return lambda v: conv.unstructure(v, unstructure_as=type(v))
+
+    conv.register_unstructure_hook_factory(_is_union, union_unstructure)
     conv.register_unstructure_hook_func(
         _is_tuple, lambda v: [conv.unstructure(x) for x in v]
     )
@@ -704,16 +757,50 @@ dump = unstructure
 
 
 def dumps(obj: Any) -> str:
-    """Encode a model value (or a JSON-RPC message) as a compact JSON string."""
-    return json.dumps(unstructure(obj), separators=(",", ":"), ensure_ascii=False)
+    """Encode a model value (or a JSON-RPC message) as a compact JSON string.
+
+    Never writes what is not JSON: a non-finite float (``NaN``, ``Infinity``)
+    or a string with a lone surrogate in a value the caller built raises
+    :class:`~agenthost_protocol.errors.LocalProtocolError`.
+    """
+    try:
+        data = unstructure(obj)
+        return json.dumps(data, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except JsonValueError as e:
+        raise LocalProtocolError(e.message, path=_format_path(e.path)) from None
+    except ValueError as e:  # allow_nan=False: a float field holding NaN or an infinity
+        raise LocalProtocolError(f"not representable in JSON: {e}") from None
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is out of range for a JSON number this library can represent")
+    return value
+
+
+# ``\ud800``-``\udfff`` escapes: the only way lone surrogates get into decoded text.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 def parse_json(data: bytes | bytearray | memoryview | str) -> Any:
-    """Parse JSON text; raises :class:`~agenthost_protocol.errors.ParseError` (-32700)."""
+    """Parse strict JSON text; raises :class:`~agenthost_protocol.errors.ParseError` (-32700).
+
+    Stricter than :func:`json.loads`: ``NaN``, ``Infinity`` and numbers that
+    overflow a float (``1e999``) are rejected, and so is a string holding a
+    lone surrogate (an unpaired ``\\ud800`` escape cannot be written back as
+    UTF-8); the error names the path of that string.
+    """
     try:
         if isinstance(data, (bytes, bytearray, memoryview)):
             data = bytes(data).decode("utf-8")
-        return json.loads(data)
+        elif not data.isascii() and lone_surrogate_at(data) >= 0:
+            raise ParseError(f"a lone surrogate at index {lone_surrogate_at(data)}")
+        value = json.loads(data, parse_constant=_reject_constant, parse_float=_finite_float)
     except UnicodeDecodeError as e:
         raise ParseError(f"not UTF-8: {e.reason}") from None
     except json.JSONDecodeError as e:
@@ -722,6 +809,12 @@ def parse_json(data: bytes | bytearray | memoryview | str) -> Any:
         raise ParseError("JSON nested too deeply") from None
     except (ValueError, TypeError) as e:
         raise ParseError(f"not JSON: {e}") from None
+    if "\\u" in data and _SURROGATE_ESCAPE.search(data):
+        try:
+            copy_json(value)  # finds the string and its path
+        except JsonValueError as e:
+            raise ParseError(e.message, path=_format_path(e.path)) from None
+    return value
 
 
 def parse_action(data: Any) -> t.StateAction:

@@ -458,7 +458,7 @@ def test_closed_enums_channel_unions_unknowns_and_bare_generics() -> None:
     [
         ({"chat": "ahp-chat:/a", "turnId": "t"}, "required field missing @ $.kind"),
         ({"kind": "future", "chat": "ahp-chat:/a", "turnId": "t"}, "unknown kind 'future'"),
-        ({"kind": 1, "chat": "ahp-chat:/a", "turnId": "t"}, "unknown kind 1"),
+        ({"kind": 1, "chat": "ahp-chat:/a", "turnId": "t"}, "discriminator must be a string"),
     ],
 )
 def test_chat_source_is_a_closed_union(value: dict[str, object], message: str) -> None:

@@ -195,6 +195,8 @@ def reduce(
     channel), or when the channel is stateless (OTLP, MCP): the caller passed
     the wrong state.  Never raises otherwise.
     """
+    if not isinstance(channel, str):
+        raise LocalProtocolError(f"channel must be a URI string, not {type(channel).__name__}")
     state_kind = _KIND_OF_STATE.get(type(state))
     if state_kind is None:
         for state_type, candidate in _KIND_OF_STATE.items():

@@ -23,7 +23,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["JsonValueError", "copy_json", "json_equal", "lone_surrogate_at"]
+__all__ = ["JsonEq", "JsonValueError", "copy_json", "json_equal", "lone_surrogate_at"]
 
 
 class JsonValueError(ValueError):
@@ -150,3 +150,42 @@ def json_equal(a: object, b: object) -> bool:
         elif x != y:  # None, or values of other types: Python's equality is all there is
             return False
     return True
+
+
+class JsonEq:
+    """The comparison key of an open JSON field: ``==`` and ``hash`` as JSON sees them.
+
+    The generated model passes it as the attrs ``eq`` key of every field that
+    holds arbitrary JSON (``_meta``, config values, ``JsonPrimitive``
+    defaults, the ``raw`` payload of ``Unknown…`` variants), so model values
+    compare as JSON does: ``{"flag": true}`` is not ``{"flag": 1}``.
+    """
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: object) -> None:
+        self.value = value
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, JsonEq) and json_equal(self.value, other.value)
+
+    def __hash__(self) -> int:
+        return _json_hash(self.value)
+
+    def __repr__(self) -> str:
+        return f"JsonEq({self.value!r})"
+
+
+def _json_hash(value: object) -> int:
+    # Consistent with json_equal: bools apart from numbers, 1 and 1.0 alike,
+    # key order ignored.  Only the hashable fields (scalars and arrays of
+    # them) are ever hashed; objects hash by their keys alone.
+    if isinstance(value, bool):
+        return hash(("bool", value))
+    if isinstance(value, (int, float, str)) or value is None:
+        return hash(value)
+    if isinstance(value, (list, tuple)):
+        return hash(tuple(_json_hash(item) for item in value))
+    if isinstance(value, Mapping):
+        return hash(frozenset(value.keys()))
+    return hash(value)

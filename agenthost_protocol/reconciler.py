@@ -348,8 +348,11 @@ class ClientReconciler:
         """Apply ``action`` optimistically and return the ``dispatchAction`` params to send.
 
         Raises :class:`LocalProtocolError`, changing nothing, if ``channel`` is
-        not tracked, if ``action`` is not client-dispatchable (unknown actions
-        never are) or if it belongs to another kind of channel.
+        not tracked, if ``action`` is not client-dispatchable (38 of AHP
+        0.7.0's 85 action types are, see
+        :data:`~agenthost_protocol.versions.IS_CLIENT_DISPATCHABLE`; unknown
+        actions never are; on a changeset only ``changeset/filesReviewChanged``
+        is) or if it belongs to another kind of channel.
         """
         ch = self._get(channel)
         wire_type = _wire_type(action)
@@ -386,11 +389,12 @@ class ClientReconciler:
         one included) whose ``clientSeq`` matches no pending action on that
         channel.  See :class:`ReceiveKind` for the outcomes.
 
-        An echo normally answers the head of the channel's pending actions.
-        One that answers a later pending action (the host may defer an action,
-        e.g. ``session/modelChanged`` until the active turns complete) is
-        accepted: it is removed from wherever it is in pending and applied to
-        confirmed, and the remaining pending actions are rebased.
+        An echo normally answers the head of the channel's pending actions:
+        the transport is ordered and AHP 0.7.0 makes no host defer a client's
+        action.  One that answers a later pending action (a host that applies
+        some actions later than others) is accepted all the same: it is
+        removed from wherever it is in pending and applied to confirmed, and
+        the remaining pending actions are rebased.
         """
         received = self._receive_into(self._channels, self._orphans, self._released, envelope)
         self._last_seen = max(self._last_seen, envelope.server_seq)

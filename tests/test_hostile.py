@@ -203,3 +203,50 @@ def test_reduce_with_a_channel_that_is_not_a_string_is_a_caller_mistake() -> Non
         reduce(None, state, t.SessionReadyAction())  # type: ignore[call-overload]
     with pytest.raises(LocalProtocolError):
         reduce("ahp-session:/s", None, t.SessionReadyAction())  # type: ignore[call-overload]
+
+
+# -- equality follows JSON (item 2) and equal no-ops return state (item 4) ------------------
+
+
+def test_model_equality_follows_json() -> None:
+    assert t.SessionMetaChangedAction(meta={"f": True}) != t.SessionMetaChangedAction(meta={"f": 1})
+    assert t.SessionMetaChangedAction(meta={"f": 1.0}) == t.SessionMetaChangedAction(meta={"f": 1})
+    assert t.UnknownAction(type="x", raw={"v": [True]}) != t.UnknownAction(type="x", raw={"v": [1]})
+    assert hash(t.UnknownAction(type="x", raw={"v": 1})) == hash(
+        t.UnknownAction(type="x", raw={"v": 1.0})
+    )
+
+
+def session_state(**changes: Any) -> t.SessionState:
+    import attrs
+
+    state = t.SessionState(provider="p", title="t", status=t.SessionStatus.IDLE,
+                           lifecycle="ready", active_clients=(), chats=())
+    return attrs.evolve(state, **changes)
+
+
+def test_reducers_decide_change_by_json_equality() -> None:
+    from agenthost_protocol.reducers import root_reducer, session_reducer
+
+    state = session_state(meta={"flag": 1})
+    replaced = session_reducer(state, t.SessionMetaChangedAction(meta={"flag": True}))
+    assert replaced is not state and replaced.meta == {"flag": True}
+    assert session_reducer(state, t.SessionMetaChangedAction(meta={"flag": 1.0})) is state
+
+    schema = t.SessionConfigSchema(properties={})
+    configured = session_state(config=t.SessionConfigState(schema=schema, values={"a": 1}))
+    assert session_reducer(configured, t.SessionConfigChangedAction(config={"a": 1})) is configured
+    changed = session_reducer(configured, t.SessionConfigChangedAction(config={"a": True}))
+    assert changed.config is not None and changed.config.values == {"a": True}
+
+    root = t.RootState(agents=(), config=t.RootConfigState(
+        schema=t.ConfigSchema(type="object", properties={}), values={"x": [1]}))
+    assert root_reducer(root, t.RootConfigChangedAction(config={"x": [1]})) is root
+    assert root_reducer(root, t.RootConfigChangedAction(config={"x": [1]}, replace=True)) is root
+    assert root_reducer(root, t.RootConfigChangedAction(config={"x": [True]})) is not root
+
+    chat = t.ChatSummary(resource="ahp-chat:/c", title="c", status=t.SessionStatus.IDLE,
+                         modified_at="1970-01-01T00:00:00.000Z")
+    with_chat = session_state(chats=(chat,))
+    same = t.SessionChatUpdatedAction(chat="ahp-chat:/c", changes=t.PartialChatSummary(title="c"))
+    assert session_reducer(with_chat, same) is with_chat

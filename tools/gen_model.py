@@ -582,6 +582,9 @@ class Gen:
                 args.append("default=None")
             if unhashable:
                 args.append("hash=False")
+            if "Any" in ann or "JsonPrimitive" in ann:
+                # JSON equality (``true`` is not ``1``) for open JSON values.
+                args.append("eq=JsonEq")
             if meta:
                 args.append(meta)
             if (name, wire) in TEXT_BUFFER_FIELDS:
@@ -640,9 +643,9 @@ class Gen:
                     "",
                     "    Decoding keeps the whole wire object in ``raw``; encoding writes it back",
                     '    verbatim, so values from newer peers survive a round trip."""',
-                    f"    {snake(tag)}: Any",
+                    f"    {snake(tag)}: str",
                     f'    """The unrecognised ``{tag}`` value."""',
-                    "    raw: Mapping[str, Any] = field(hash=False)",
+                    "    raw: Mapping[str, Any] = field(hash=False, eq=JsonEq)",
                     '    """The whole wire object, as received."""']
         desc = self.defs.get(name, {}).get("description")
         out += ["", "", f"{name}: TypeAlias = Union[", *[f"    {m}," for m in members], "]"]
@@ -849,6 +852,9 @@ def write(spec: Path, out: Path = OUT, *, quiet: bool = False) -> None:
             attrs_names = ["frozen"] + (["field"] if "field(" in body else []) + (
                 ["evolve"] if "evolve(" in body else [])
             imports.append(f"from attrs import {', '.join(sorted(attrs_names))}")
+        if "JsonEq" in body:
+            imports.append("")
+            imports.append("from .._json import JsonEq")
         if "TextBuffer" in body:
             imports.append("")
             imports.append("from ._text import TextBuffer, as_text" + (

@@ -78,6 +78,7 @@ import attrs
 from attrs import AttrsInstance
 from typing_extensions import TypeIs, assert_never
 
+from .._json import json_equal
 from ..errors import ProtocolError
 from ..types import (
     ActiveTurn,
@@ -545,7 +546,7 @@ def _tool_call_delta(tc: ToolCallState, action: ChatToolCallDeltaAction) -> Tool
     )
     if (
         buffer is tc._partial_input
-        and meta == tc.meta
+        and json_equal(meta, tc.meta)
         and invocation_message == tc.invocation_message
     ):
         return tc
@@ -771,7 +772,7 @@ def _content_changed(tc: ToolCallState, action: ChatToolCallContentChangedAction
     if not isinstance(tc, ToolCallRunningState):
         return tc
     meta = _or(action.meta, tc.meta)
-    if action.content == tc.content and meta == tc.meta:
+    if action.content == tc.content and json_equal(meta, tc.meta):
         return tc
     return attrs.evolve(tc, content=action.content, meta=meta)
 

@@ -15,6 +15,7 @@ from typing import Final, get_args
 from attrs import evolve
 from typing_extensions import TypeIs, assert_never
 
+from .._json import json_equal
 from ..types import (
     RootAction,
     RootActiveSessionsChangedAction,
@@ -71,6 +72,8 @@ def root_reducer(
             if config is None:
                 return state
             merged = dict(values) if replace else {**config.values, **values}
+            if json_equal(merged, config.values):  # JSON equality: ``true`` is not ``1``
+                return state
             return evolve(state, config=evolve(config, values=merged))
         case UnknownAction():
             if on_unknown is not None:

@@ -29,6 +29,7 @@ import attrs
 from attrs import evolve
 from typing_extensions import TypeIs, assert_never
 
+from .._json import json_equal
 from ..types import (
     ChatSummary,
     ChildCustomization,
@@ -223,9 +224,11 @@ def session_reducer(
             if config is None:
                 return state
             merged = dict(values) if replace else {**config.values, **values}
+            if json_equal(merged, config.values):  # JSON equality: ``true`` is not ``1``
+                return state
             return evolve(state, config=evolve(config, values=merged))
         case SessionMetaChangedAction(meta=meta):
-            if state.meta == meta:
+            if json_equal(state.meta, meta):
                 return state
             return evolve(state, meta=meta)
         case UnknownAction():
@@ -256,12 +259,16 @@ def _upsert(items: tuple[_T, ...], item: _T, key: Callable[[_T], object]) -> tup
 
 def _patch_chat(chat: ChatSummary, changes: PartialChatSummary) -> ChatSummary:
     """``chat`` with every present field of ``changes`` written, or ``chat`` if none differs."""
-    updates: dict[str, Any] = {}
-    for name, alias in _CHAT_PATCH_FIELDS:
-        value = getattr(changes, name)
-        if value is not None and value != getattr(chat, name):
-            updates[alias] = value
-    return evolve(chat, **updates) if updates else chat
+    updates: dict[str, Any] = {
+        alias: value
+        for name, alias in _CHAT_PATCH_FIELDS
+        if (value := getattr(changes, name)) is not None
+    }
+    if not updates:
+        return chat
+    patched = evolve(chat, **updates)
+    # Model equality follows JSON for open fields (``_meta``): true is not 1.
+    return chat if patched == chat else patched
 
 
 def _with_status_flag(state: SessionState, flag: SessionStatus, on: bool) -> SessionState:

@@ -10,6 +10,8 @@ from typing import Any, Final, Literal, TYPE_CHECKING, TypeAlias, Union
 
 from attrs import field, frozen
 
+from .._json import JsonEq
+
 from .enums import (
     ActionType,
     ChangesetOperationStatus,
@@ -210,7 +212,7 @@ class RootConfigChangedAction:
     `replace` to `true` to replace all values instead of merging.
     """
     type: Literal[ActionType.ROOT_CONFIG_CHANGED] = ActionType.ROOT_CONFIG_CHANGED
-    config: Mapping[str, Any] = field(hash=False)
+    config: Mapping[str, Any] = field(hash=False, eq=JsonEq)
     """Updated config values"""
     replace: bool | None = None
     """When `true`, replaces all config values instead of merging"""
@@ -613,7 +615,7 @@ class SessionConfigChangedAction:
     `state.config.values`.
     """
     type: Literal[ActionType.SESSION_CONFIG_CHANGED] = ActionType.SESSION_CONFIG_CHANGED
-    config: Mapping[str, Any] = field(hash=False)
+    config: Mapping[str, Any] = field(hash=False, eq=JsonEq)
     """Updated config values"""
     replace: bool | None = None
     """When `true`, replaces all config values instead of merging"""
@@ -626,7 +628,7 @@ class SessionMetaChangedAction:
     the new value before dispatching.
     """
     type: Literal[ActionType.SESSION_META_CHANGED] = ActionType.SESSION_META_CHANGED
-    meta: Mapping[str, Any] | None = field(default=None, hash=False, metadata={"wire": "_meta"})
+    meta: Mapping[str, Any] | None = field(default=None, hash=False, eq=JsonEq, metadata={"wire": "_meta"})
     """New `_meta` payload, or `undefined` to clear it"""
 
 
@@ -645,7 +647,7 @@ class ChatTurnStartedAction:
     """The new message"""
     queued_message_id: str | None = None
     """If this turn was auto-started from a queued message, the ID of that message"""
-    meta: Mapping[str, Any] | None = field(default=None, hash=False, metadata={"wire": "_meta"})
+    meta: Mapping[str, Any] | None = field(default=None, hash=False, eq=JsonEq, metadata={"wire": "_meta"})
     """Additional provider-specific metadata for this action.
 
     Clients MAY look for well-known keys here to provide enhanced UI, and agent hosts
@@ -669,7 +671,7 @@ class ChatDeltaAction:
     """Identifier of the response part to append to"""
     content: str
     """Text chunk"""
-    meta: Mapping[str, Any] | None = field(default=None, hash=False, metadata={"wire": "_meta"})
+    meta: Mapping[str, Any] | None = field(default=None, hash=False, eq=JsonEq, metadata={"wire": "_meta"})
     """Additional provider-specific metadata for this action.
 
     Clients MAY look for well-known keys here to provide enhanced UI, and agent hosts
@@ -687,7 +689,7 @@ class ChatResponsePartAction:
     """Turn identifier"""
     part: ResponsePart
     """Response part (markdown or content ref)"""
-    meta: Mapping[str, Any] | None = field(default=None, hash=False, metadata={"wire": "_meta"})
+    meta: Mapping[str, Any] | None = field(default=None, hash=False, eq=JsonEq, metadata={"wire": "_meta"})
     """Additional provider-specific metadata for this action.
 
     Clients MAY look for well-known keys here to provide enhanced UI, and agent hosts
@@ -711,7 +713,7 @@ class ChatToolCallStartAction:
     """Turn identifier"""
     tool_call_id: str
     """Tool call identifier"""
-    meta: Mapping[str, Any] | None = field(default=None, hash=False, metadata={"wire": "_meta"})
+    meta: Mapping[str, Any] | None = field(default=None, hash=False, eq=JsonEq, metadata={"wire": "_meta"})
     """Additional provider-specific metadata for this tool call.
 
     Clients MAY look for well-known keys here to provide enhanced UI. For example, a
@@ -738,7 +740,7 @@ class ChatToolCallDeltaAction:
     """Turn identifier"""
     tool_call_id: str
     """Tool call identifier"""
-    meta: Mapping[str, Any] | None = field(default=None, hash=False, metadata={"wire": "_meta"})
+    meta: Mapping[str, Any] | None = field(default=None, hash=False, eq=JsonEq, metadata={"wire": "_meta"})
     """Additional provider-specific metadata for this tool call.
 
     Clients MAY look for well-known keys here to provide enhanced UI. For example, a
@@ -772,7 +774,7 @@ class ChatToolCallReadyAction:
     """Turn identifier"""
     tool_call_id: str
     """Tool call identifier"""
-    meta: Mapping[str, Any] | None = field(default=None, hash=False, metadata={"wire": "_meta"})
+    meta: Mapping[str, Any] | None = field(default=None, hash=False, eq=JsonEq, metadata={"wire": "_meta"})
     """Additional provider-specific metadata for this tool call.
 
     Clients MAY look for well-known keys here to provide enhanced UI. For example, a
@@ -818,7 +820,7 @@ class ChatToolCallApprovedAction:
     """Turn identifier"""
     tool_call_id: str
     """Tool call identifier"""
-    meta: Mapping[str, Any] | None = field(default=None, hash=False, metadata={"wire": "_meta"})
+    meta: Mapping[str, Any] | None = field(default=None, hash=False, eq=JsonEq, metadata={"wire": "_meta"})
     """Additional provider-specific metadata for this tool call.
 
     Clients MAY look for well-known keys here to provide enhanced UI. For example, a
@@ -852,7 +854,7 @@ class ChatToolCallDeniedAction:
     """Turn identifier"""
     tool_call_id: str
     """Tool call identifier"""
-    meta: Mapping[str, Any] | None = field(default=None, hash=False, metadata={"wire": "_meta"})
+    meta: Mapping[str, Any] | None = field(default=None, hash=False, eq=JsonEq, metadata={"wire": "_meta"})
     """Additional provider-specific metadata for this tool call.
 
     Clients MAY look for well-known keys here to provide enhanced UI. For example, a
@@ -906,7 +908,7 @@ class ChatToolCallCompleteAction:
     """Turn identifier"""
     tool_call_id: str
     """Tool call identifier"""
-    meta: Mapping[str, Any] | None = field(default=None, hash=False, metadata={"wire": "_meta"})
+    meta: Mapping[str, Any] | None = field(default=None, hash=False, eq=JsonEq, metadata={"wire": "_meta"})
     """Additional provider-specific metadata for this tool call.
 
     Clients MAY look for well-known keys here to provide enhanced UI. For example, a
@@ -931,7 +933,7 @@ class ChatToolCallResultConfirmedAction:
     """Turn identifier"""
     tool_call_id: str
     """Tool call identifier"""
-    meta: Mapping[str, Any] | None = field(default=None, hash=False, metadata={"wire": "_meta"})
+    meta: Mapping[str, Any] | None = field(default=None, hash=False, eq=JsonEq, metadata={"wire": "_meta"})
     """Additional provider-specific metadata for this tool call.
 
     Clients MAY look for well-known keys here to provide enhanced UI. For example, a
@@ -960,7 +962,7 @@ class ChatToolCallContentChangedAction:
     """Turn identifier"""
     tool_call_id: str
     """Tool call identifier"""
-    meta: Mapping[str, Any] | None = field(default=None, hash=False, metadata={"wire": "_meta"})
+    meta: Mapping[str, Any] | None = field(default=None, hash=False, eq=JsonEq, metadata={"wire": "_meta"})
     """Additional provider-specific metadata for this tool call.
 
     Clients MAY look for well-known keys here to provide enhanced UI. For example, a
@@ -991,7 +993,7 @@ class ChatToolCallAuthRequiredAction:
     """Turn identifier"""
     tool_call_id: str
     """Tool call identifier"""
-    meta: Mapping[str, Any] | None = field(default=None, hash=False, metadata={"wire": "_meta"})
+    meta: Mapping[str, Any] | None = field(default=None, hash=False, eq=JsonEq, metadata={"wire": "_meta"})
     """Additional provider-specific metadata for this tool call.
 
     Clients MAY look for well-known keys here to provide enhanced UI. For example, a
@@ -1017,7 +1019,7 @@ class ChatToolCallAuthResolvedAction:
     """Turn identifier"""
     tool_call_id: str
     """Tool call identifier"""
-    meta: Mapping[str, Any] | None = field(default=None, hash=False, metadata={"wire": "_meta"})
+    meta: Mapping[str, Any] | None = field(default=None, hash=False, eq=JsonEq, metadata={"wire": "_meta"})
     """Additional provider-specific metadata for this tool call.
 
     Clients MAY look for well-known keys here to provide enhanced UI. For example, a
@@ -1037,7 +1039,7 @@ class ChatTurnCompleteAction:
     MUST NOT derive this by subtracting timestamps — cross- client clocks may differ —
     and MUST treat it as opaque, producer-supplied data.
     """
-    meta: Mapping[str, Any] | None = field(default=None, hash=False, metadata={"wire": "_meta"})
+    meta: Mapping[str, Any] | None = field(default=None, hash=False, eq=JsonEq, metadata={"wire": "_meta"})
     """Additional provider-specific metadata for this action.
 
     Clients MAY look for well-known keys here to provide enhanced UI, and agent hosts
@@ -1058,7 +1060,7 @@ class ChatTurnCancelledAction:
     MUST NOT derive this by subtracting timestamps — cross- client clocks may differ —
     and MUST treat it as opaque, producer-supplied data.
     """
-    meta: Mapping[str, Any] | None = field(default=None, hash=False, metadata={"wire": "_meta"})
+    meta: Mapping[str, Any] | None = field(default=None, hash=False, eq=JsonEq, metadata={"wire": "_meta"})
     """Additional provider-specific metadata for this action.
 
     Clients MAY look for well-known keys here to provide enhanced UI, and agent hosts
@@ -1081,7 +1083,7 @@ class ChatErrorAction:
     """
     error: ErrorInfo
     """Error details"""
-    meta: Mapping[str, Any] | None = field(default=None, hash=False, metadata={"wire": "_meta"})
+    meta: Mapping[str, Any] | None = field(default=None, hash=False, eq=JsonEq, metadata={"wire": "_meta"})
     """Additional provider-specific metadata for this action.
 
     Clients MAY look for well-known keys here to provide enhanced UI, and agent hosts
@@ -1145,7 +1147,7 @@ class ChatUsageAction:
     """Turn identifier"""
     usage: UsageInfo
     """Token usage data"""
-    meta: Mapping[str, Any] | None = field(default=None, hash=False, metadata={"wire": "_meta"})
+    meta: Mapping[str, Any] | None = field(default=None, hash=False, eq=JsonEq, metadata={"wire": "_meta"})
     """Additional provider-specific metadata for this action.
 
     Clients MAY look for well-known keys here to provide enhanced UI, and agent hosts
@@ -1170,7 +1172,7 @@ class ChatReasoningAction:
     """Identifier of the reasoning response part to append to"""
     content: str
     """Reasoning text chunk"""
-    meta: Mapping[str, Any] | None = field(default=None, hash=False, metadata={"wire": "_meta"})
+    meta: Mapping[str, Any] | None = field(default=None, hash=False, eq=JsonEq, metadata={"wire": "_meta"})
     """Additional provider-specific metadata for this action.
 
     Clients MAY look for well-known keys here to provide enhanced UI, and agent hosts
@@ -1732,9 +1734,9 @@ class UnknownAction:
 
     Decoding keeps the whole wire object in ``raw``; encoding writes it back
     verbatim, so values from newer peers survive a round trip."""
-    type: Any
+    type: str
     """The unrecognised ``type`` value."""
-    raw: Mapping[str, Any] = field(hash=False)
+    raw: Mapping[str, Any] = field(hash=False, eq=JsonEq)
     """The whole wire object, as received."""
 
 

@@ -10,6 +10,8 @@ from typing import Any, TYPE_CHECKING
 
 from attrs import field, frozen
 
+from .._json import JsonEq
+
 if TYPE_CHECKING:
     from .common import StringOrMarkdown, TextRange, URI
 
@@ -87,7 +89,7 @@ class Annotation:
     """Entries in this annotation, in dispatch order (oldest first). MUST contain at least
     one entry.
     """
-    meta: Mapping[str, Any] | None = field(default=None, hash=False, metadata={"wire": "_meta"})
+    meta: Mapping[str, Any] | None = field(default=None, hash=False, eq=JsonEq, metadata={"wire": "_meta"})
     """Producer-defined opaque metadata, surfaced to tooling but not interpreted by the
     protocol.
     """
@@ -106,7 +108,7 @@ class AnnotationEntry:
     `{ markdown: "…" }` to opt into Markdown rendering. See
     ``StringOrMarkdown``.
     """
-    meta: Mapping[str, Any] | None = field(default=None, hash=False, metadata={"wire": "_meta"})
+    meta: Mapping[str, Any] | None = field(default=None, hash=False, eq=JsonEq, metadata={"wire": "_meta"})
     """Producer-defined opaque metadata, surfaced to tooling but not interpreted by the
     protocol.
     """

@@ -10,6 +10,8 @@ from typing import Any, TYPE_CHECKING
 
 from attrs import field, frozen
 
+from .._json import JsonEq
+
 from .enums import ChangesetOperationScope, ChangesetOperationStatus, ChangesetStatus
 
 if TYPE_CHECKING:
@@ -91,7 +93,7 @@ class ChangesetCapabilities:
     "not supported". Sub-fields on individual capabilities are reserved for future per-
     capability options.
     """
-    review: Mapping[str, Any] | None = field(default=None, hash=False)
+    review: Mapping[str, Any] | None = field(default=None, hash=False, eq=JsonEq)
     """The changeset supports the per-file **review** workflow. When declared,
     clients MAY surface a GitHub-style "Viewed" toggle per file and dispatch
     `changeset/filesReviewChanged` to
@@ -151,7 +153,7 @@ class ChangesetFile:
     ``ChangesetContentChangedAction``) without `reviewed: true`, or by
     dispatching `changeset/filesReviewChanged` with `reviewed: false`.
     """
-    meta: Mapping[str, Any] | None = field(default=None, hash=False, metadata={"wire": "_meta"})
+    meta: Mapping[str, Any] | None = field(default=None, hash=False, eq=JsonEq, metadata={"wire": "_meta"})
     """Server-defined opaque metadata, surfaced to operations and tooling but not
     interpreted by the protocol.
     """

@@ -10,6 +10,8 @@ from typing import Any, Literal, TYPE_CHECKING, TypeAlias, Union
 
 from attrs import evolve, field, frozen
 
+from .._json import JsonEq
+
 from ._text import TextBuffer, as_text
 
 from .enums import (
@@ -134,7 +136,7 @@ class ChatState:
     any `draft` to initialize their input state. Cleared (set to `undefined`) once the
     message is sent.
     """
-    meta: Mapping[str, Any] | None = field(default=None, hash=False, metadata={"wire": "_meta"})
+    meta: Mapping[str, Any] | None = field(default=None, hash=False, eq=JsonEq, metadata={"wire": "_meta"})
     """Additional provider-specific metadata for this chat."""
 
 
@@ -287,7 +289,7 @@ class Message:
     the agent the user picked. Absent means no custom agent — the provider's default
     behavior applies.
     """
-    meta: Mapping[str, Any] | None = field(default=None, hash=False, metadata={"wire": "_meta"})
+    meta: Mapping[str, Any] | None = field(default=None, hash=False, eq=JsonEq, metadata={"wire": "_meta"})
     """Additional provider-specific metadata for this message.
 
     Clients MAY look for well-known keys here to provide enhanced UI, and agent hosts
@@ -322,7 +324,7 @@ class SimpleMessageAttachment:
     Implementations MAY provide additional values; clients SHOULD fall back to a
     reasonable default when an unknown value is encountered.
     """
-    meta: Mapping[str, Any] | None = field(default=None, hash=False, metadata={"wire": "_meta"})
+    meta: Mapping[str, Any] | None = field(default=None, hash=False, eq=JsonEq, metadata={"wire": "_meta"})
     """Additional implementation-defined metadata for the attachment.
 
     If the attachment was produced by the `completions` command, the client MUST
@@ -369,7 +371,7 @@ class MessageEmbeddedResourceAttachment:
     Implementations MAY provide additional values; clients SHOULD fall back to a
     reasonable default when an unknown value is encountered.
     """
-    meta: Mapping[str, Any] | None = field(default=None, hash=False, metadata={"wire": "_meta"})
+    meta: Mapping[str, Any] | None = field(default=None, hash=False, eq=JsonEq, metadata={"wire": "_meta"})
     """Additional implementation-defined metadata for the attachment.
 
     If the attachment was produced by the `completions` command, the client MUST
@@ -415,7 +417,7 @@ class MessageResourceAttachment:
     Implementations MAY provide additional values; clients SHOULD fall back to a
     reasonable default when an unknown value is encountered.
     """
-    meta: Mapping[str, Any] | None = field(default=None, hash=False, metadata={"wire": "_meta"})
+    meta: Mapping[str, Any] | None = field(default=None, hash=False, eq=JsonEq, metadata={"wire": "_meta"})
     """Additional implementation-defined metadata for the attachment.
 
     If the attachment was produced by the `completions` command, the client MUST
@@ -468,7 +470,7 @@ class MessageAnnotationsAttachment:
     Implementations MAY provide additional values; clients SHOULD fall back to a
     reasonable default when an unknown value is encountered.
     """
-    meta: Mapping[str, Any] | None = field(default=None, hash=False, metadata={"wire": "_meta"})
+    meta: Mapping[str, Any] | None = field(default=None, hash=False, eq=JsonEq, metadata={"wire": "_meta"})
     """Additional implementation-defined metadata for the attachment.
 
     If the attachment was produced by the `completions` command, the client MUST
@@ -530,7 +532,7 @@ class MessageChatAttachment:
     Implementations MAY provide additional values; clients SHOULD fall back to a
     reasonable default when an unknown value is encountered.
     """
-    meta: Mapping[str, Any] | None = field(default=None, hash=False, metadata={"wire": "_meta"})
+    meta: Mapping[str, Any] | None = field(default=None, hash=False, eq=JsonEq, metadata={"wire": "_meta"})
     """Additional implementation-defined metadata for the attachment.
 
     If the attachment was produced by the `completions` command, the client MUST
@@ -650,7 +652,7 @@ class SystemNotificationResponsePart:
     """Discriminant"""
     content: StringOrMarkdown
     """The text of the system notification"""
-    meta: Mapping[str, Any] | None = field(default=None, hash=False, metadata={"wire": "_meta"})
+    meta: Mapping[str, Any] | None = field(default=None, hash=False, eq=JsonEq, metadata={"wire": "_meta"})
     """Additional provider-specific metadata for this notification.
 
     A host MAY attach a machine-readable descriptor of what triggered the
@@ -729,9 +731,9 @@ class UnknownChatOrigin:
 
     Decoding keeps the whole wire object in ``raw``; encoding writes it back
     verbatim, so values from newer peers survive a round trip."""
-    kind: Any
+    kind: str
     """The unrecognised ``kind`` value."""
-    raw: Mapping[str, Any] = field(hash=False)
+    raw: Mapping[str, Any] = field(hash=False, eq=JsonEq)
     """The whole wire object, as received."""
 
 
@@ -772,9 +774,9 @@ class UnknownMessageAttachment:
 
     Decoding keeps the whole wire object in ``raw``; encoding writes it back
     verbatim, so values from newer peers survive a round trip."""
-    type: Any
+    type: str
     """The unrecognised ``type`` value."""
-    raw: Mapping[str, Any] = field(hash=False)
+    raw: Mapping[str, Any] = field(hash=False, eq=JsonEq)
     """The whole wire object, as received."""
 
 
@@ -795,9 +797,9 @@ class UnknownResponsePart:
 
     Decoding keeps the whole wire object in ``raw``; encoding writes it back
     verbatim, so values from newer peers survive a round trip."""
-    kind: Any
+    kind: str
     """The unrecognised ``kind`` value."""
-    raw: Mapping[str, Any] = field(hash=False)
+    raw: Mapping[str, Any] = field(hash=False, eq=JsonEq)
     """The whole wire object, as received."""
 
 

@@ -10,6 +10,8 @@ from typing import Any, Literal, TYPE_CHECKING, TypeAlias, Union
 
 from attrs import field, frozen
 
+from .._json import JsonEq
+
 from .enums import (
     ChangesetOperationTargetKind,
     ChangesetOperationTargetSide,
@@ -228,7 +230,7 @@ class ClientCapabilities:
     "not supported". Sub-fields on individual capabilities are reserved for future per-
     capability options.
     """
-    mcp_apps: Mapping[str, Any] | None = field(default=None, hash=False)
+    mcp_apps: Mapping[str, Any] | None = field(default=None, hash=False, eq=JsonEq)
     """Client can render [MCP Apps](https://github.com/modelcontextprotocol/ext-apps) —
     i.e. it can host the View sandbox, run the `ui/*` protocol against it, and forward
     `mcp://`-channel traffic on the App's behalf.
@@ -869,7 +871,7 @@ class ResolveSessionConfigParams:
     """Agent provider ID"""
     working_directory: URI | None = None
     """Working directory for the session"""
-    config: Mapping[str, Any] | None = field(default=None, hash=False)
+    config: Mapping[str, Any] | None = field(default=None, hash=False, eq=JsonEq)
     """Current user-filled configuration values"""
 
 
@@ -878,7 +880,7 @@ class ResolveSessionConfigResult:
     """Result of the `resolveSessionConfig` command."""
     schema: SessionConfigSchema
     """JSON Schema describing available configuration properties given the current context"""
-    values: Mapping[str, Any] = field(hash=False)
+    values: Mapping[str, Any] = field(hash=False, eq=JsonEq)
     """Current configuration values (echoed back with server-resolved defaults applied)"""
 
 
@@ -906,7 +908,7 @@ class SessionConfigCompletionsParams:
     """Agent provider ID"""
     working_directory: URI | None = None
     """Working directory for the session"""
-    config: Mapping[str, Any] | None = field(default=None, hash=False)
+    config: Mapping[str, Any] | None = field(default=None, hash=False, eq=JsonEq)
     """Current user-filled configuration values (provides context for the query)"""
     property: str
     """Property id from the schema to query values for"""
@@ -968,7 +970,7 @@ class CreateSessionParams:
     """Fork from an existing session. The new session is populated with content from the
     source session up to and including the specified turn's response.
     """
-    config: Mapping[str, Any] | None = field(default=None, hash=False)
+    config: Mapping[str, Any] | None = field(default=None, hash=False, eq=JsonEq)
     """Agent-specific configuration values collected via `resolveSessionConfig`. Keys and
     values correspond to the schema returned by the server.
     """

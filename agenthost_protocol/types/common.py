@@ -10,6 +10,8 @@ from typing import Any, Literal, TypeAlias, Union
 
 from attrs import field, frozen
 
+from .._json import JsonEq
+
 __all__ = [
     "Icon",
     "ProtectedResourceMetadata",
@@ -127,9 +129,9 @@ class ConfigPropertySchema:
     """JSON Schema: human-readable label for the property"""
     description: str | None = None
     """JSON Schema: description / tooltip"""
-    default: Any | None = field(default=None, hash=False)
+    default: Any | None = field(default=None, hash=False, eq=JsonEq)
     """JSON Schema: default value"""
-    enum: tuple[JsonPrimitive, ...] | None = None
+    enum: tuple[JsonPrimitive, ...] | None = field(default=None, eq=JsonEq)
     """JSON Schema: allowed values. May be primitives of any JSON type."""
     enum_labels: tuple[str, ...] | None = None
     """Display extension: human-readable label per enum value (parallel array)"""
@@ -239,7 +241,7 @@ class UsageInfo:
     """Model used"""
     cache_read_tokens: int | None = None
     """Tokens read from cache"""
-    meta: Mapping[str, Any] | None = field(default=None, hash=False, metadata={"wire": "_meta"})
+    meta: Mapping[str, Any] | None = field(default=None, hash=False, eq=JsonEq, metadata={"wire": "_meta"})
     """Additional provider-specific metadata for this usage report. Clients MAY look for
     well-known optional keys here to provide enhanced UI.
     """
@@ -254,7 +256,7 @@ class ErrorInfo:
     """Human-readable error message"""
     stack: str | None = None
     """Stack trace"""
-    meta: Mapping[str, Any] | None = field(default=None, hash=False, metadata={"wire": "_meta"})
+    meta: Mapping[str, Any] | None = field(default=None, hash=False, eq=JsonEq, metadata={"wire": "_meta"})
     """Additional provider-specific metadata for this error. Clients MAY look for well-
     known optional keys here to provide enhanced UI (e.g. a structured chat fetch error
     for richer, localized messaging).

@@ -10,6 +10,8 @@ from typing import Any, Literal, TYPE_CHECKING, TypeAlias, Union
 
 from attrs import field, frozen
 
+from .._json import JsonEq
+
 from .enums import (
     CustomizationLoadStatus,
     CustomizationType,
@@ -110,7 +112,7 @@ class PluginCustomization:
     example, one entry in an inline `mcpServers` block of a `plugins.json` manifest).
     Absent when the customization covers the whole resource.
     """
-    meta: Mapping[str, Any] | None = field(default=None, hash=False, metadata={"wire": "_meta"})
+    meta: Mapping[str, Any] | None = field(default=None, hash=False, eq=JsonEq, metadata={"wire": "_meta"})
     """Additional provider-specific metadata for this customization.
 
     Mirrors the MCP `_meta` convention. Optional and opaque to the protocol; producers
@@ -176,7 +178,7 @@ class ClientPluginCustomization:
     example, one entry in an inline `mcpServers` block of a `plugins.json` manifest).
     Absent when the customization covers the whole resource.
     """
-    meta: Mapping[str, Any] | None = field(default=None, hash=False, metadata={"wire": "_meta"})
+    meta: Mapping[str, Any] | None = field(default=None, hash=False, eq=JsonEq, metadata={"wire": "_meta"})
     """Additional provider-specific metadata for this customization.
 
     Mirrors the MCP `_meta` convention. Optional and opaque to the protocol; producers
@@ -244,7 +246,7 @@ class DirectoryCustomization:
     example, one entry in an inline `mcpServers` block of a `plugins.json` manifest).
     Absent when the customization covers the whole resource.
     """
-    meta: Mapping[str, Any] | None = field(default=None, hash=False, metadata={"wire": "_meta"})
+    meta: Mapping[str, Any] | None = field(default=None, hash=False, eq=JsonEq, metadata={"wire": "_meta"})
     """Additional provider-specific metadata for this customization.
 
     Mirrors the MCP `_meta` convention. Optional and opaque to the protocol; producers
@@ -302,7 +304,7 @@ class AgentCustomization:
     example, one entry in an inline `mcpServers` block of a `plugins.json` manifest).
     Absent when the customization covers the whole resource.
     """
-    meta: Mapping[str, Any] | None = field(default=None, hash=False, metadata={"wire": "_meta"})
+    meta: Mapping[str, Any] | None = field(default=None, hash=False, eq=JsonEq, metadata={"wire": "_meta"})
     """Additional provider-specific metadata for this customization.
 
     Mirrors the MCP `_meta` convention. Optional and opaque to the protocol; producers
@@ -379,7 +381,7 @@ class SkillCustomization:
     example, one entry in an inline `mcpServers` block of a `plugins.json` manifest).
     Absent when the customization covers the whole resource.
     """
-    meta: Mapping[str, Any] | None = field(default=None, hash=False, metadata={"wire": "_meta"})
+    meta: Mapping[str, Any] | None = field(default=None, hash=False, eq=JsonEq, metadata={"wire": "_meta"})
     """Additional provider-specific metadata for this customization.
 
     Mirrors the MCP `_meta` convention. Optional and opaque to the protocol; producers
@@ -438,7 +440,7 @@ class PromptCustomization:
     example, one entry in an inline `mcpServers` block of a `plugins.json` manifest).
     Absent when the customization covers the whole resource.
     """
-    meta: Mapping[str, Any] | None = field(default=None, hash=False, metadata={"wire": "_meta"})
+    meta: Mapping[str, Any] | None = field(default=None, hash=False, eq=JsonEq, metadata={"wire": "_meta"})
     """Additional provider-specific metadata for this customization.
 
     Mirrors the MCP `_meta` convention. Optional and opaque to the protocol; producers
@@ -494,7 +496,7 @@ class RuleCustomization:
     example, one entry in an inline `mcpServers` block of a `plugins.json` manifest).
     Absent when the customization covers the whole resource.
     """
-    meta: Mapping[str, Any] | None = field(default=None, hash=False, metadata={"wire": "_meta"})
+    meta: Mapping[str, Any] | None = field(default=None, hash=False, eq=JsonEq, metadata={"wire": "_meta"})
     """Additional provider-specific metadata for this customization.
 
     Mirrors the MCP `_meta` convention. Optional and opaque to the protocol; producers
@@ -549,7 +551,7 @@ class HookCustomization:
     example, one entry in an inline `mcpServers` block of a `plugins.json` manifest).
     Absent when the customization covers the whole resource.
     """
-    meta: Mapping[str, Any] | None = field(default=None, hash=False, metadata={"wire": "_meta"})
+    meta: Mapping[str, Any] | None = field(default=None, hash=False, eq=JsonEq, metadata={"wire": "_meta"})
     """Additional provider-specific metadata for this customization.
 
     Mirrors the MCP `_meta` convention. Optional and opaque to the protocol; producers
@@ -602,7 +604,7 @@ class McpServerCustomization:
     example, one entry in an inline `mcpServers` block of a `plugins.json` manifest).
     Absent when the customization covers the whole resource.
     """
-    meta: Mapping[str, Any] | None = field(default=None, hash=False, metadata={"wire": "_meta"})
+    meta: Mapping[str, Any] | None = field(default=None, hash=False, eq=JsonEq, metadata={"wire": "_meta"})
     """Additional provider-specific metadata for this customization.
 
     Mirrors the MCP `_meta` convention. Optional and opaque to the protocol; producers
@@ -687,7 +689,7 @@ class AhpMcpUiHostCapabilities:
     """Producer proxies the MCP `tools/*` methods to the upstream server."""
     server_resources: McpUiListChangedCapability | None = None
     """Producer proxies the MCP `resources/*` methods to the upstream server."""
-    logging: Mapping[str, Any] | None = field(default=None, hash=False)
+    logging: Mapping[str, Any] | None = field(default=None, hash=False, eq=JsonEq)
     """Producer accepts `notifications/message` log entries from the App via
     `mcpNotification`.
     """
@@ -834,7 +836,7 @@ class McpUiListChangedCapability:
 @frozen(kw_only=True)
 class McpUiSamplingCapability:
     """Producer serves `sampling/createMessage` via `mcpMethodCall`."""
-    tools: Mapping[str, Any] | None = field(default=None, hash=False)
+    tools: Mapping[str, Any] | None = field(default=None, hash=False, eq=JsonEq)
 
 
 @frozen(kw_only=True)
@@ -843,9 +845,9 @@ class UnknownCustomization:
 
     Decoding keeps the whole wire object in ``raw``; encoding writes it back
     verbatim, so values from newer peers survive a round trip."""
-    type: Any
+    type: str
     """The unrecognised ``type`` value."""
-    raw: Mapping[str, Any] = field(hash=False)
+    raw: Mapping[str, Any] = field(hash=False, eq=JsonEq)
     """The whole wire object, as received."""
 
 
@@ -869,9 +871,9 @@ class UnknownChildCustomization:
 
     Decoding keeps the whole wire object in ``raw``; encoding writes it back
     verbatim, so values from newer peers survive a round trip."""
-    type: Any
+    type: str
     """The unrecognised ``type`` value."""
-    raw: Mapping[str, Any] = field(hash=False)
+    raw: Mapping[str, Any] = field(hash=False, eq=JsonEq)
     """The whole wire object, as received."""
 
 
@@ -895,9 +897,9 @@ class UnknownCustomizationLoadState:
 
     Decoding keeps the whole wire object in ``raw``; encoding writes it back
     verbatim, so values from newer peers survive a round trip."""
-    kind: Any
+    kind: str
     """The unrecognised ``kind`` value."""
-    raw: Mapping[str, Any] = field(hash=False)
+    raw: Mapping[str, Any] = field(hash=False, eq=JsonEq)
     """The whole wire object, as received."""
 
 
@@ -919,9 +921,9 @@ class UnknownMcpServerState:
 
     Decoding keeps the whole wire object in ``raw``; encoding writes it back
     verbatim, so values from newer peers survive a round trip."""
-    kind: Any
+    kind: str
     """The unrecognised ``kind`` value."""
-    raw: Mapping[str, Any] = field(hash=False)
+    raw: Mapping[str, Any] = field(hash=False, eq=JsonEq)
     """The whole wire object, as received."""
 
 

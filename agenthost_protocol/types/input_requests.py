@@ -10,6 +10,8 @@ from typing import Any, Literal, TYPE_CHECKING, TypeAlias, Union
 
 from attrs import field, frozen
 
+from .._json import JsonEq
+
 from .enums import ChatInputAnswerState, ChatInputAnswerValueKind, ChatInputQuestionKind
 
 if TYPE_CHECKING:
@@ -233,9 +235,9 @@ class UnknownChatInputQuestion:
 
     Decoding keeps the whole wire object in ``raw``; encoding writes it back
     verbatim, so values from newer peers survive a round trip."""
-    kind: Any
+    kind: str
     """The unrecognised ``kind`` value."""
-    raw: Mapping[str, Any] = field(hash=False)
+    raw: Mapping[str, Any] = field(hash=False, eq=JsonEq)
     """The whole wire object, as received."""
 
 
@@ -256,9 +258,9 @@ class UnknownChatInputAnswerValue:
 
     Decoding keeps the whole wire object in ``raw``; encoding writes it back
     verbatim, so values from newer peers survive a round trip."""
-    kind: Any
+    kind: str
     """The unrecognised ``kind`` value."""
-    raw: Mapping[str, Any] = field(hash=False)
+    raw: Mapping[str, Any] = field(hash=False, eq=JsonEq)
     """The whole wire object, as received."""
 
 
@@ -279,9 +281,9 @@ class UnknownChatInputAnswer:
 
     Decoding keeps the whole wire object in ``raw``; encoding writes it back
     verbatim, so values from newer peers survive a round trip."""
-    state: Any
+    state: str
     """The unrecognised ``state`` value."""
-    raw: Mapping[str, Any] = field(hash=False)
+    raw: Mapping[str, Any] = field(hash=False, eq=JsonEq)
     """The whole wire object, as received."""
 
 

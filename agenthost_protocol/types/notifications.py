@@ -10,6 +10,8 @@ from typing import Any, TYPE_CHECKING, TypeAlias, Union
 
 from attrs import field, frozen
 
+from .._json import JsonEq
+
 from .enums import AuthRequiredReason
 
 if TYPE_CHECKING:
@@ -185,7 +187,7 @@ class OtlpExportLogsParams:
     """Channel URI this notification belongs to (an `ahp-otlp:` URI advertised on
     `TelemetryCapabilities.logs`).
     """
-    payload: Mapping[str, Any] = field(hash=False)
+    payload: Mapping[str, Any] = field(hash=False, eq=JsonEq)
     """OTLP/JSON `ExportLogsServiceRequest` value. The top-level field is
     `resourceLogs: ResourceLogs[]`; nested shapes are defined by
     opentelemetry-proto and are not redeclared here.
@@ -206,7 +208,7 @@ class OtlpExportTracesParams:
     """Channel URI this notification belongs to (an `ahp-otlp:` URI advertised on
     `TelemetryCapabilities.traces`).
     """
-    payload: Mapping[str, Any] = field(hash=False)
+    payload: Mapping[str, Any] = field(hash=False, eq=JsonEq)
     """OTLP/JSON `ExportTraceServiceRequest` value. The top-level field is
     `resourceSpans: ResourceSpans[]`; nested shapes are defined by
     opentelemetry-proto and are not redeclared here.
@@ -227,7 +229,7 @@ class OtlpExportMetricsParams:
     """Channel URI this notification belongs to (an `ahp-otlp:` URI advertised on
     `TelemetryCapabilities.metrics`).
     """
-    payload: Mapping[str, Any] = field(hash=False)
+    payload: Mapping[str, Any] = field(hash=False, eq=JsonEq)
     """OTLP/JSON `ExportMetricsServiceRequest` value. The top-level field is
     `resourceMetrics: ResourceMetrics[]`; nested shapes are defined by
     opentelemetry-proto and are not redeclared here.

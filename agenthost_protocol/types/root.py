@@ -10,6 +10,8 @@ from typing import Any, TYPE_CHECKING
 
 from attrs import field, frozen
 
+from .._json import JsonEq
+
 from .enums import PolicyState
 
 if TYPE_CHECKING:
@@ -41,7 +43,7 @@ class RootState:
     """Known terminals on the server. Subscribe to individual terminal URIs for full state."""
     config: RootConfigState | None = None
     """Agent host configuration schema and current values"""
-    meta: Mapping[str, Any] | None = field(default=None, hash=False, metadata={"wire": "_meta"})
+    meta: Mapping[str, Any] | None = field(default=None, hash=False, eq=JsonEq, metadata={"wire": "_meta"})
     """Additional implementation-defined metadata about the agent host itself.
 
     Clients MAY look for well-known keys here to provide enhanced UI.
@@ -176,7 +178,7 @@ class SessionModelInfo:
     level). Clients present this as a form and pass the resolved values in
     ``ModelSelection.config`` when creating or changing sessions.
     """
-    meta: Mapping[str, Any] | None = field(default=None, hash=False, metadata={"wire": "_meta"})
+    meta: Mapping[str, Any] | None = field(default=None, hash=False, eq=JsonEq, metadata={"wire": "_meta"})
     """Additional provider-specific metadata for this model.
 
     Clients MAY look for well-known keys here to provide enhanced UI. For example, a
@@ -192,7 +194,7 @@ class ModelSelection:
     """
     id: str
     """Model identifier"""
-    config: Mapping[str, JsonPrimitive] | None = field(default=None, hash=False)
+    config: Mapping[str, JsonPrimitive] | None = field(default=None, hash=False, eq=JsonEq)
     """Model-specific configuration values. Values are JSON primitives: most pickers
     produce strings, but some (e.g. a numeric context-size picker) produce numbers or
     booleans, which are carried through as-is.
@@ -208,7 +210,7 @@ class RootConfigState:
     """
     schema: ConfigSchema
     """JSON Schema describing available configuration properties"""
-    values: Mapping[str, Any] = field(hash=False)
+    values: Mapping[str, Any] = field(hash=False, eq=JsonEq)
     """Current configuration values"""
 
 

@@ -10,6 +10,8 @@ from typing import Any, Literal, TYPE_CHECKING, TypeAlias, Union
 
 from attrs import field, frozen
 
+from .._json import JsonEq
+
 from .enums import SessionInputRequestKind, SessionLifecycle, SessionStatus
 
 if TYPE_CHECKING:
@@ -192,7 +194,7 @@ class SessionState:
     requests and removes them with `session/inputNeededRemoved` once the underlying
     request resolves.
     """
-    meta: Mapping[str, Any] | None = field(default=None, hash=False, metadata={"wire": "_meta"})
+    meta: Mapping[str, Any] | None = field(default=None, hash=False, eq=JsonEq, metadata={"wire": "_meta"})
     """Additional provider-specific metadata for this session.
 
     Clients MAY look for well-known keys here to provide enhanced UI. For example, a
@@ -431,7 +433,7 @@ class SessionSummary:
     this to give clients a quick at-a-glance view of the session's footprint (e.g., for
     list rendering) without requiring the client to subscribe to a changeset.
     """
-    meta: Mapping[str, Any] | None = field(default=None, hash=False, metadata={"wire": "_meta"})
+    meta: Mapping[str, Any] | None = field(default=None, hash=False, eq=JsonEq, metadata={"wire": "_meta"})
     """Lightweight server-defined metadata clients may use for the session presentation.
     The protocol does not interpret these values; producers SHOULD keep the payload
     small because summaries appear in session lists and session notifications.
@@ -466,9 +468,9 @@ class SessionConfigPropertySchema:
     """JSON Schema: human-readable label for the property"""
     description: str | None = None
     """JSON Schema: description / tooltip"""
-    default: Any | None = field(default=None, hash=False)
+    default: Any | None = field(default=None, hash=False, eq=JsonEq)
     """JSON Schema: default value"""
-    enum: tuple[JsonPrimitive, ...] | None = None
+    enum: tuple[JsonPrimitive, ...] | None = field(default=None, eq=JsonEq)
     """JSON Schema: allowed values. May be primitives of any JSON type."""
     enum_labels: tuple[str, ...] | None = None
     """Display extension: human-readable label per enum value (parallel array)"""
@@ -520,7 +522,7 @@ class SessionConfigState:
     """
     schema: SessionConfigSchema
     """JSON Schema describing available configuration properties"""
-    values: Mapping[str, Any] = field(hash=False)
+    values: Mapping[str, Any] = field(hash=False, eq=JsonEq)
     """Current configuration values"""
 
 
@@ -535,20 +537,20 @@ class ToolDefinition:
     """Human-readable display name"""
     description: str | None = None
     """Description of what the tool does"""
-    input_schema: Mapping[str, Any] | None = field(default=None, hash=False)
+    input_schema: Mapping[str, Any] | None = field(default=None, hash=False, eq=JsonEq)
     """JSON Schema defining the expected input parameters.
 
     Optional because client-provided tools may not have formal schemas. Mirrors MCP
     `Tool.inputSchema`.
     """
-    output_schema: Mapping[str, Any] | None = field(default=None, hash=False)
+    output_schema: Mapping[str, Any] | None = field(default=None, hash=False, eq=JsonEq)
     """JSON Schema defining the structure of the tool's output.
 
     Mirrors MCP `Tool.outputSchema`.
     """
     annotations: ToolAnnotations | None = None
     """Behavioral hints about the tool. All properties are advisory."""
-    meta: Mapping[str, Any] | None = field(default=None, hash=False, metadata={"wire": "_meta"})
+    meta: Mapping[str, Any] | None = field(default=None, hash=False, eq=JsonEq, metadata={"wire": "_meta"})
     """Additional provider-specific metadata.
 
     Mirrors the MCP `_meta` convention.
@@ -619,7 +621,7 @@ class PartialSessionSummary:
     this to give clients a quick at-a-glance view of the session's footprint (e.g., for
     list rendering) without requiring the client to subscribe to a changeset.
     """
-    meta: Mapping[str, Any] | None = field(default=None, hash=False, metadata={"wire": "_meta"})
+    meta: Mapping[str, Any] | None = field(default=None, hash=False, eq=JsonEq, metadata={"wire": "_meta"})
     """Lightweight server-defined metadata clients may use for the session presentation.
     The protocol does not interpret these values; producers SHOULD keep the payload
     small because summaries appear in session lists and session notifications.
@@ -632,9 +634,9 @@ class UnknownSessionInputRequest:
 
     Decoding keeps the whole wire object in ``raw``; encoding writes it back
     verbatim, so values from newer peers survive a round trip."""
-    kind: Any
+    kind: str
     """The unrecognised ``kind`` value."""
-    raw: Mapping[str, Any] = field(hash=False)
+    raw: Mapping[str, Any] = field(hash=False, eq=JsonEq)
     """The whole wire object, as received."""
 
 

@@ -10,6 +10,8 @@ from typing import Any, Literal, TYPE_CHECKING, TypeAlias, Union
 
 from attrs import evolve, field, frozen
 
+from .._json import JsonEq
+
 from ._text import TextBuffer, as_text
 
 from .enums import TerminalClaimKind
@@ -168,9 +170,9 @@ class UnknownTerminalClaim:
 
     Decoding keeps the whole wire object in ``raw``; encoding writes it back
     verbatim, so values from newer peers survive a round trip."""
-    kind: Any
+    kind: str
     """The unrecognised ``kind`` value."""
-    raw: Mapping[str, Any] = field(hash=False)
+    raw: Mapping[str, Any] = field(hash=False, eq=JsonEq)
     """The whole wire object, as received."""
 
 
@@ -190,9 +192,9 @@ class UnknownTerminalContentPart:
 
     Decoding keeps the whole wire object in ``raw``; encoding writes it back
     verbatim, so values from newer peers survive a round trip."""
-    type: Any
+    type: str
     """The unrecognised ``type`` value."""
-    raw: Mapping[str, Any] = field(hash=False)
+    raw: Mapping[str, Any] = field(hash=False, eq=JsonEq)
     """The whole wire object, as received."""
 
 

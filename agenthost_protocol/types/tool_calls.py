@@ -10,6 +10,8 @@ from typing import Any, Final, Literal, TYPE_CHECKING, TypeAlias, Union
 
 from attrs import evolve, field, frozen
 
+from .._json import JsonEq
+
 from ._text import TextBuffer, as_text, optional_text
 
 from .enums import (
@@ -133,7 +135,7 @@ class ToolCallResult:
 
     This mirrors the `content` field of MCP `CallToolResult`.
     """
-    structured_content: Mapping[str, Any] | None = field(default=None, hash=False)
+    structured_content: Mapping[str, Any] | None = field(default=None, hash=False, eq=JsonEq)
     """Optional structured result object.
 
     This mirrors the `structuredContent` field of MCP `CallToolResult`.
@@ -156,7 +158,7 @@ class ToolCallStreamingState:
     """Human-readable description of what the tool invocation intends to do"""
     contributor: ToolCallContributor | None = None
     """Reference to the contributor of the tool being called."""
-    meta: Mapping[str, Any] | None = field(default=None, hash=False, metadata={"wire": "_meta"})
+    meta: Mapping[str, Any] | None = field(default=None, hash=False, eq=JsonEq, metadata={"wire": "_meta"})
     """Additional provider-specific metadata for this tool call.
 
     This MAY include a `ui` field corresponding to the MCP Apps (SEP-1865)
@@ -195,7 +197,7 @@ class ToolCallPendingConfirmationState:
     """Human-readable description of what the tool invocation intends to do"""
     contributor: ToolCallContributor | None = None
     """Reference to the contributor of the tool being called."""
-    meta: Mapping[str, Any] | None = field(default=None, hash=False, metadata={"wire": "_meta"})
+    meta: Mapping[str, Any] | None = field(default=None, hash=False, eq=JsonEq, metadata={"wire": "_meta"})
     """Additional provider-specific metadata for this tool call.
 
     This MAY include a `ui` field corresponding to the MCP Apps (SEP-1865)
@@ -243,7 +245,7 @@ class ToolCallRunningState:
     """Human-readable description of what the tool invocation intends to do"""
     contributor: ToolCallContributor | None = None
     """Reference to the contributor of the tool being called."""
-    meta: Mapping[str, Any] | None = field(default=None, hash=False, metadata={"wire": "_meta"})
+    meta: Mapping[str, Any] | None = field(default=None, hash=False, eq=JsonEq, metadata={"wire": "_meta"})
     """Additional provider-specific metadata for this tool call.
 
     This MAY include a `ui` field corresponding to the MCP Apps (SEP-1865)
@@ -311,7 +313,7 @@ class ToolCallAuthRequiredState:
     """Human-readable description of what the tool invocation intends to do"""
     contributor: ToolCallMcpContributor
     """The MCP server that contributed this tool call — always MCP, never a client tool."""
-    meta: Mapping[str, Any] | None = field(default=None, hash=False, metadata={"wire": "_meta"})
+    meta: Mapping[str, Any] | None = field(default=None, hash=False, eq=JsonEq, metadata={"wire": "_meta"})
     """Additional provider-specific metadata for this tool call.
 
     This MAY include a `ui` field corresponding to the MCP Apps (SEP-1865)
@@ -352,7 +354,7 @@ class ToolCallPendingResultConfirmationState:
     """Human-readable description of what the tool invocation intends to do"""
     contributor: ToolCallContributor | None = None
     """Reference to the contributor of the tool being called."""
-    meta: Mapping[str, Any] | None = field(default=None, hash=False, metadata={"wire": "_meta"})
+    meta: Mapping[str, Any] | None = field(default=None, hash=False, eq=JsonEq, metadata={"wire": "_meta"})
     """Additional provider-specific metadata for this tool call.
 
     This MAY include a `ui` field corresponding to the MCP Apps (SEP-1865)
@@ -378,7 +380,7 @@ class ToolCallPendingResultConfirmationState:
 
     This mirrors the `content` field of MCP `CallToolResult`.
     """
-    structured_content: Mapping[str, Any] | None = field(default=None, hash=False)
+    structured_content: Mapping[str, Any] | None = field(default=None, hash=False, eq=JsonEq)
     """Optional structured result object.
 
     This mirrors the `structuredContent` field of MCP `CallToolResult`.
@@ -405,7 +407,7 @@ class ToolCallCompletedState:
     """Human-readable description of what the tool invocation intends to do"""
     contributor: ToolCallContributor | None = None
     """Reference to the contributor of the tool being called."""
-    meta: Mapping[str, Any] | None = field(default=None, hash=False, metadata={"wire": "_meta"})
+    meta: Mapping[str, Any] | None = field(default=None, hash=False, eq=JsonEq, metadata={"wire": "_meta"})
     """Additional provider-specific metadata for this tool call.
 
     This MAY include a `ui` field corresponding to the MCP Apps (SEP-1865)
@@ -431,7 +433,7 @@ class ToolCallCompletedState:
 
     This mirrors the `content` field of MCP `CallToolResult`.
     """
-    structured_content: Mapping[str, Any] | None = field(default=None, hash=False)
+    structured_content: Mapping[str, Any] | None = field(default=None, hash=False, eq=JsonEq)
     """Optional structured result object.
 
     This mirrors the `structuredContent` field of MCP `CallToolResult`.
@@ -458,7 +460,7 @@ class ToolCallCancelledState:
     """Human-readable description of what the tool invocation intends to do"""
     contributor: ToolCallContributor | None = None
     """Reference to the contributor of the tool being called."""
-    meta: Mapping[str, Any] | None = field(default=None, hash=False, metadata={"wire": "_meta"})
+    meta: Mapping[str, Any] | None = field(default=None, hash=False, eq=JsonEq, metadata={"wire": "_meta"})
     """Additional provider-specific metadata for this tool call.
 
     This MAY include a `ui` field corresponding to the MCP Apps (SEP-1865)
@@ -614,9 +616,9 @@ class UnknownToolCallRiskAssessment:
 
     Decoding keeps the whole wire object in ``raw``; encoding writes it back
     verbatim, so values from newer peers survive a round trip."""
-    status: Any
+    status: str
     """The unrecognised ``status`` value."""
-    raw: Mapping[str, Any] = field(hash=False)
+    raw: Mapping[str, Any] = field(hash=False, eq=JsonEq)
     """The whole wire object, as received."""
 
 
@@ -634,9 +636,9 @@ class UnknownToolCallContributor:
 
     Decoding keeps the whole wire object in ``raw``; encoding writes it back
     verbatim, so values from newer peers survive a round trip."""
-    kind: Any
+    kind: str
     """The unrecognised ``kind`` value."""
-    raw: Mapping[str, Any] = field(hash=False)
+    raw: Mapping[str, Any] = field(hash=False, eq=JsonEq)
     """The whole wire object, as received."""
 
 
@@ -654,9 +656,9 @@ class UnknownToolCallState:
 
     Decoding keeps the whole wire object in ``raw``; encoding writes it back
     verbatim, so values from newer peers survive a round trip."""
-    status: Any
+    status: str
     """The unrecognised ``status`` value."""
-    raw: Mapping[str, Any] = field(hash=False)
+    raw: Mapping[str, Any] = field(hash=False, eq=JsonEq)
     """The whole wire object, as received."""
 
 
@@ -683,9 +685,9 @@ class UnknownToolCallConfirmationState:
 
     Decoding keeps the whole wire object in ``raw``; encoding writes it back
     verbatim, so values from newer peers survive a round trip."""
-    status: Any
+    status: str
     """The unrecognised ``status`` value."""
-    raw: Mapping[str, Any] = field(hash=False)
+    raw: Mapping[str, Any] = field(hash=False, eq=JsonEq)
     """The whole wire object, as received."""
 
 
@@ -714,9 +716,9 @@ class UnknownToolResultContent:
 
     Decoding keeps the whole wire object in ``raw``; encoding writes it back
     verbatim, so values from newer peers survive a round trip."""
-    type: Any
+    type: str
     """The unrecognised ``type`` value."""
-    raw: Mapping[str, Any] = field(hash=False)
+    raw: Mapping[str, Any] = field(hash=False, eq=JsonEq)
     """The whole wire object, as received."""
 
 

@@ -12,7 +12,11 @@ sent something malformed.  Each error carries
   ``$.params.action.turnId`` (``None`` when the whole input is at fault);
 * ``data``: optional JSON-RPC error ``data``;
 * ``request_id``: the id of the request at fault, when it could be read, so
-  that a host can answer it.
+  that a host can answer it;
+* ``respond``: whether the peer must get an error response at all.  JSON-RPC
+  2.0 §5 answers a request (with its ``id``) and a message whose ``id`` could
+  not be read (with ``id: null``), but never a notification or a response.
+  :meth:`ProtocolError.response` builds the answer, or gives ``None``.
 
 Any other exception escaping the library (``KeyError``, ``TypeError``, ...)
 is a bug in the library, never the expected reaction to bad input.
@@ -49,9 +53,11 @@ class ProtocolError(Exception):
         code: int | None = None,
         data: Any = None,
         request_id: Any = None,
+        respond: bool = True,
     ) -> None:
         super().__init__(message)
         self.request_id = request_id
+        self.respond = respond
         self.message = message
         self.path = path
         if code is not None:
@@ -67,6 +73,17 @@ class ProtocolError(Exception):
         if self.data is not None:
             error["data"] = self.data
         return error
+
+    def response(self) -> dict[str, Any] | None:
+        """The whole JSON-RPC error response to send, or ``None`` when nothing is sent.
+
+        ``None`` for an error in a notification or in a peer's response;
+        otherwise ``{"jsonrpc": "2.0", "id": request_id, "error": ...}``, with
+        ``"id": null`` when the id could not be read.
+        """
+        if not self.respond:
+            return None
+        return {"jsonrpc": "2.0", "id": self.request_id, "error": self.to_error()}
 
 
 class LocalProtocolError(ProtocolError):

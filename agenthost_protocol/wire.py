@@ -717,10 +717,11 @@ def _raise(
     prefix: tuple[str | int, ...],
     error: type[ProtocolError] = InvalidParams,
     request_id: Any = None,
+    respond: bool = True,
 ) -> ProtocolError:
     fail = _to_fail(e)
     path = _format_path((*prefix, *fail.path))
-    return error(fail.message, path=path, request_id=request_id)
+    return error(fail.message, path=path, request_id=request_id, respond=respond)
 
 
 def _format_path(segments: tuple[str | int, ...]) -> str:
@@ -856,8 +857,10 @@ def parse_message(
     :class:`~agenthost_protocol.errors.InvalidRequest`,
     :class:`~agenthost_protocol.errors.MethodNotFound` or
     :class:`~agenthost_protocol.errors.InvalidParams`; each has ``code``,
-    ``path`` and ``request_id`` (the id when one could be read, so a host can
-    answer the request).
+    ``path``, ``request_id`` (the id when one could be read) and ``respond``:
+    ``False`` for a malformed notification or response (JSON-RPC never
+    answers those), ``True`` otherwise, with ``request_id`` ``None`` when the
+    answer must carry ``"id": null``.  ``error.response()`` builds it.
     """
     obj = parse_json(data) if isinstance(data, (bytes, bytearray, memoryview, str)) else data
     if not isinstance(obj, Mapping):
@@ -876,16 +879,18 @@ def parse_message(
             raise InvalidRequest("method must be a string", path="$.method")
         info = METHODS.get(method)
         is_request = has_id
+        # A notification is never answered, whatever is wrong with it (§5).
         if info is None or (info.kind is MessageKind.REQUEST) != is_request:
             what = "request" if is_request else "notification"
             raise MethodNotFound(f"unknown {what} method {method!r}", path="$.method",
-                                 request_id=msg_id)
+                                 request_id=msg_id, respond=is_request)
         if "params" not in obj:
-            raise InvalidParams("params missing", path="$.params", request_id=msg_id)
+            raise InvalidParams("params missing", path="$.params", request_id=msg_id,
+                                respond=is_request)
         try:
             params = _params_hook(method)(obj["params"], info.params)
         except Exception as e:
-            raise _raise(e, ("params",), request_id=msg_id) from None
+            raise _raise(e, ("params",), request_id=msg_id, respond=is_request) from None
         if is_request:
             if msg_id is None:
                 raise InvalidRequest("a request id must not be null", path="$.id")
@@ -895,7 +900,8 @@ def parse_message(
         raise InvalidRequest("neither a request, a notification nor a response", path="$")
     if "result" in obj and "error" not in obj:
         if msg_id is None:
-            raise InvalidRequest("a success response id must not be null", path="$.id")
+            raise InvalidRequest("a success response id must not be null", path="$.id",
+                                 respond=False)
         result = obj["result"]
         method_name: str | None = None
         if result_method is not None:
@@ -907,20 +913,25 @@ def parse_message(
         if info is not None and info.kind is MessageKind.REQUEST:
             if info.result is None:
                 if result is not None:
-                    raise InvalidParams("expected a null result", path="$.result")
+                    raise InvalidParams("expected a null result", path="$.result",
+                                        request_id=msg_id, respond=False)
             else:
                 try:
                     result = converter.structure(result, info.result)
                 except Exception as e:
-                    raise _raise(e, ("result",), request_id=msg_id) from None
+                    # A response is never answered: report it, send nothing.
+                    raise _raise(e, ("result",), request_id=msg_id, respond=False) from None
         return t.JsonRpcSuccessResponse(id=msg_id, result=result)
     if "error" in obj and "result" not in obj:
         try:
             error = converter.structure(obj["error"], t.JsonRpcError)
         except Exception as e:
-            raise _raise(e, ("error",), InvalidRequest, request_id=msg_id) from None
+            raise _raise(
+                e, ("error",), InvalidRequest, request_id=msg_id, respond=False
+            ) from None
         return t.JsonRpcErrorResponse(id=msg_id, error=error)
-    raise InvalidRequest("a response has exactly one of result and error", path="$")
+    raise InvalidRequest("a response has exactly one of result and error", path="$",
+                         request_id=msg_id, respond=False)
 
 
 def _structure_raw_message(value: Any, _: Any) -> t.JsonRpcMessage:

@@ -250,3 +250,45 @@ def test_reducers_decide_change_by_json_equality() -> None:
     with_chat = session_state(chats=(chat,))
     same = t.SessionChatUpdatedAction(chat="ahp-chat:/c", changes=t.PartialChatSummary(title="c"))
     assert session_reducer(with_chat, same) is with_chat
+
+
+# -- who gets an answer (item 12) -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("message", "respond", "request_id"),
+    [
+        ('{"jsonrpc": "2.0", "method": "dispatchAction", "params": {"channel": 5}}', False, None),
+        ('{"jsonrpc": "2.0", "method": "noSuchNotification", "params": {}}', False, None),
+        ('{"jsonrpc": "2.0", "method": "unsubscribe"}', False, None),
+        ('{"jsonrpc": "2.0", "id": 7, "method": "ping", "params": 5}', True, 7),
+        ('{"jsonrpc": "2.0", "id": 7, "method": "noSuchRequest", "params": {}}', True, 7),
+        ('{"jsonrpc": "2.0", "id": [1], "method": "ping", "params": {}}', True, None),
+        ('{"jsonrpc": "2.0", "id": true, "method": "ping", "params": {}}', True, None),
+        ("{not json", True, None),
+        ("[]", True, None),
+        ('{"jsonrpc": "1.0", "id": 3, "method": "ping", "params": {}}', True, None),
+        ('{"jsonrpc": "2.0", "id": 3, "result": 1, "error": {}}', False, 3),
+        ('{"jsonrpc": "2.0", "id": 3, "error": {"code": "x"}}', False, 3),
+    ],
+)
+def test_errors_say_whether_and_how_to_answer(
+    message: str, respond: bool, request_id: object
+) -> None:
+    with pytest.raises(RemoteProtocolError) as info:
+        wire.parse_message(message)
+    error = info.value
+    assert error.respond is respond
+    assert error.request_id == request_id
+    response = error.response()
+    if respond:
+        assert response == {"jsonrpc": "2.0", "id": request_id, "error": error.to_error()}
+    else:
+        assert response is None
+
+
+def test_a_malformed_result_is_never_answered() -> None:
+    with pytest.raises(InvalidParams) as info:
+        wire.parse_message('{"jsonrpc": "2.0", "id": 1, "result": {"protocolVersion": 5}}',
+                           result_method={1: "initialize"})
+    assert info.value.respond is False and info.value.request_id == 1

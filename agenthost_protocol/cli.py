@@ -2,7 +2,8 @@
 
 * ``agenthost-protocol conformance [PATH]``: run an AHP test corpus (the
   bundled official one by default); one line per failing case, then
-  ``N passed, M failed``; exit status 0 only when nothing failed.
+  ``N passed, M failed``; exit status 0 only when nothing failed, 2 (and one
+  line on stderr) when PATH holds no corpus.
 * ``agenthost-protocol reduce``: a batch reducer for differential testing
   against other implementations; JSON Lines in, JSON Lines out (see
   :func:`reduce_line`).
@@ -24,14 +25,21 @@ from . import compat, wire
 from . import types as t
 from ._version import __version__
 from .channels import ChannelKind
-from .conformance import FIXTURE_NOW_MS, STATE_TYPES, run_corpus, summary_line
+from .conformance import FIXTURE_NOW_MS, STATE_TYPES, corpus_problem, run_corpus, summary_line
 from .errors import ProtocolError
 from .reducers import REDUCERS
+from .reducers._clock import MAX_TIME_MS
 
 __all__ = ["main", "reduce_line"]
 
 
-def _conformance(args: argparse.Namespace, out: IO[str]) -> int:
+def _conformance(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
+    if args.path is not None:
+        missing = corpus_problem(args.path)
+        if missing is not None:
+            # A typo in a CI script must not pass as "0 passed, 0 failed".
+            print(f"agenthost-protocol conformance: {missing}", file=err)
+            return 2
     results = run_corpus(args.path)
     for r in results:
         if not r.passed:
@@ -62,6 +70,9 @@ def reduce_line(line: str | bytes) -> dict[str, Any]:
         now_ms = obj.get("now", FIXTURE_NOW_MS)
         if not isinstance(now_ms, int) or isinstance(now_ms, bool):
             return {"error": "now must be an integer (epoch milliseconds)"}
+        if abs(now_ms) > MAX_TIME_MS:
+            return {"error": f"now must be within ±{MAX_TIME_MS} ms, the range of a JavaScript "
+                    "Date (toISOString cannot write it otherwise)"}
         trace = obj.get("trace", False)
         if not isinstance(trace, bool):
             return {"error": "trace must be a boolean"}
@@ -93,12 +104,20 @@ def reduce_line(line: str | bytes) -> dict[str, Any]:
     return result
 
 
-def _reduce(_: argparse.Namespace, inp: IO[str], out: IO[str]) -> int:
-    for line in inp:
-        if not line.strip():
+def _reduce(_: argparse.Namespace, inp: IO[bytes], out: IO[bytes]) -> int:
+    # Bytes in, bytes out: the locale must not decide what a line means, and a
+    # line that is not UTF-8 gets an error line like any other bad input.
+    for raw in inp:
+        if not raw.strip():
             continue
-        out.write(json.dumps(reduce_line(line), separators=(",", ":"), ensure_ascii=False))
-        out.write("\n")
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            result: dict[str, Any] = {"error": f"not UTF-8: {e.reason} at byte {e.start}"}
+        else:
+            result = reduce_line(line)
+        out.write(json.dumps(result, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
+        out.write(b"\n")
         out.flush()
     return 0
 
@@ -135,10 +154,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.command == "conformance":
-        return _conformance(args, sys.stdout)
+        return _conformance(args, sys.stdout, sys.stderr)
     if args.command == "compat":
         return compat.main([])
-    return _reduce(args, sys.stdin, sys.stdout)
+    return _reduce(args, sys.stdin.buffer, sys.stdout.buffer)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -20,8 +20,9 @@ given: :func:`bundled_corpus`.
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -30,12 +31,14 @@ from attrs import frozen
 
 from . import reducers, wire
 from . import types as t
+from ._json import json_equal
 from .channels import STATE_TYPES as CHANNEL_STATE_TYPES
 from .channels import ChannelKind
 from .errors import ProtocolError
 
 __all__ = [
     "FIXTURE_NOW_MS",
+    "corpus_problem",
     "STATE_TYPES",
     "CaseResult",
     "bundled_corpus",
@@ -97,19 +100,6 @@ def strip_nulls(value: Any) -> Any:
     return value
 
 
-def json_equal(a: Any, b: Any) -> bool:
-    """JSON equality: key-presence sensitive, ``true`` is not ``1``, ``1`` equals ``1.0``."""
-    if isinstance(a, bool) or isinstance(b, bool):
-        return type(a) is type(b) and a == b
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-        return a == b
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(json_equal(a[k], b[k]) for k in a)
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(json_equal(x, y) for x, y in zip(a, b, strict=True))
-    return type(a) is type(b) and a == b
-
-
 def _first_difference(a: Any, b: Any, path: str = "$") -> str:
     if isinstance(a, dict) and isinstance(b, dict):
         for k in sorted(a.keys() | b.keys()):
@@ -128,6 +118,31 @@ def _first_difference(a: Any, b: Any, path: str = "$") -> str:
     return f"{path}: got {json.dumps(a)[:120]}, expected {json.dumps(b)[:120]}"
 
 
+_MALFORMED = (KeyError, TypeError, ValueError, AttributeError, RecursionError)
+"""What a malformed case file (``"actions": 5``, a 100,000-deep value) raises."""
+
+
+_Runner = Callable[[str, Mapping[str, Any]], CaseResult]
+
+
+def _guarded(kind: str) -> Callable[[_Runner], _Runner]:
+    """A malformed case is reported as that case's failure, never raised."""
+
+    def decorate(run: _Runner) -> _Runner:
+        @functools.wraps(run)
+        def guarded(name: str, case: Mapping[str, Any]) -> CaseResult:
+            try:
+                return run(name, case)
+            except _MALFORMED as e:
+                message = f"malformed case: {type(e).__name__}: {e}"
+                return CaseResult(name, kind, False, message)
+
+        return guarded
+
+    return decorate
+
+
+@_guarded("round-trip")
 def run_round_trip_case(name: str, case: Mapping[str, Any]) -> CaseResult:
     """Decode ``input`` as ``type``, re-encode, compare with ``acceptableOutputs[0]``."""
     try:
@@ -147,6 +162,7 @@ def run_round_trip_case(name: str, case: Mapping[str, Any]) -> CaseResult:
     return CaseResult(name, "round-trip", False, _first_difference(encoded, outputs[0]))
 
 
+@_guarded("reducer")
 def run_reducer_case(name: str, case: Mapping[str, Any]) -> CaseResult:
     """Apply ``actions`` to ``initial`` with the named reducer; compare with ``expected``."""
     try:
@@ -175,9 +191,21 @@ def run_reducer_case(name: str, case: Mapping[str, Any]) -> CaseResult:
 def _cases(folder: Path) -> Iterator[tuple[str, Any]]:
     for file in sorted(folder.glob("*.json")):
         try:
-            yield file.name, json.loads(file.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as e:
+            yield file.name, wire.parse_json(file.read_bytes())
+        except OSError as e:
             yield file.name, e
+        except ProtocolError as e:
+            yield file.name, ValueError(str(e))
+
+
+def corpus_problem(path: Path | str) -> str | None:
+    """Why ``path`` is not a corpus (missing, or no case in either folder), or ``None``."""
+    root = Path(path)
+    if not root.is_dir():
+        return f"{root} is not a folder"
+    if not any(next((root / sub).glob("*.json"), None) for sub in ("reducers", "round-trips")):
+        return f"{root} holds no corpus: no reducers/*.json nor round-trips/*.json"
+    return None
 
 
 def run_corpus(path: Path | str | None = None) -> list[CaseResult]:
@@ -191,8 +219,8 @@ def run_corpus(path: Path | str | None = None) -> list[CaseResult]:
         for name, case in _cases(root / sub):
             if isinstance(case, Exception) or not isinstance(case, dict):
                 results.append(CaseResult(name, kind, False, f"unreadable case: {case!r}"))
-            else:
-                results.append(runner(name, case))
+                continue
+            results.append(runner(name, case))
     return results
 
 

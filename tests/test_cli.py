@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -71,10 +73,11 @@ def test_reduce_lines() -> None:
         {"reducer": "galaxy", "initial": {}, "actions": []},
         "not json",
     ]
-    inp = io.StringIO("\n".join(x if isinstance(x, str) else json.dumps(x) for x in lines))
-    out = io.StringIO()
+    text = "\n".join(x if isinstance(x, str) else json.dumps(x) for x in lines)
+    inp = io.BytesIO(text.encode("utf-8"))
+    out = io.BytesIO()
     cli._reduce(None, inp, out)  # type: ignore[arg-type]
-    answers = [json.loads(line) for line in out.getvalue().splitlines()]
+    answers = [json.loads(line) for line in out.getvalue().decode("utf-8").splitlines()]
     assert len(answers) == 5
     assert answers[0]["state"]["content"] == [{"type": "unclassified", "value": "abcd"}]
     assert [s["content"][0]["value"] for s in answers[0]["trace"]] == ["ab", "abcd"]
@@ -111,3 +114,81 @@ def test_compat_subcommand(capsys: pytest.CaptureFixture[str]) -> None:
     for version in ("0.6.0", "0.5.2", "0.5.1"):
         assert any(line.startswith(f"{version} -> 0.7.0: ") for line in out), version
     assert "  ChatForkSource: type removed: struct, 2 fields" in out
+
+
+# -- hostile input to the commands ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("make", ["missing", "empty", "unrelated"])
+def test_conformance_without_a_corpus_is_an_error(
+    make: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "corpus"
+    if make != "missing":
+        path.mkdir()
+    if make == "unrelated":
+        (path / "reducers").mkdir()
+        (path / "reducers" / "notes.txt").write_text("x")
+    code = cli.main(["conformance", str(path)])
+    captured = capsys.readouterr()
+    assert code == 2
+    assert captured.out == ""
+    assert len(captured.err.splitlines()) == 1 and str(path) in captured.err
+
+
+def test_conformance_reports_malformed_cases_and_goes_on(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    reducers = tmp_path / "reducers"
+    reducers.mkdir()
+    good = bundled_corpus() / "reducers" / "001-root-agentschanged.json"
+    shutil.copy(good, reducers / "000-good.json")
+    base = json.loads(good.read_text())
+    cases = {
+        "101-actions-not-array": {**base, "actions": 5},
+        "102-type-array": {**base, "actions": [{"type": [1]}]},
+        "103-reducer-array": {**base, "reducer": ["root"]},
+        "104-initial-string": {**base, "initial": "x"},
+        "105-no-expected": {k: v for k, v in base.items() if k != "expected"},
+    }
+    for name, case in cases.items():
+        (reducers / f"{name}.json").write_text(json.dumps(case))
+    deep = "[" * 100_000 + "]" * 100_000
+    (reducers / "106-deep.json").write_text(f'{{"reducer": "root", "initial": {deep}}}')
+    code = cli.main(["conformance", str(tmp_path)])
+    out = capsys.readouterr().out.splitlines()
+    assert code == 1
+    failed = sorted(line.split(":")[0] for line in out if line.startswith("FAIL"))
+    assert failed == [f"FAIL reducer {name}.json" for name in sorted([*cases, "106-deep"])]
+    assert out[-1] == "1 passed, 6 failed"
+
+
+def run_reduce(data: bytes) -> list[dict[str, Any]]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "agenthost_protocol.cli", "reduce"],
+        input=data, capture_output=True, check=False, timeout=60,
+        env={**os.environ, "LC_ALL": "C", "PYTHONIOENCODING": "ascii"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    return [json.loads(line) for line in proc.stdout.decode("utf-8").splitlines()]
+
+
+def test_reduce_reads_bytes_and_answers_every_bad_line() -> None:
+    initial = {"title": "t", "content": [], "claim": {"kind": "client", "clientId": "c"}}
+    good = json.dumps({"reducer": "terminal", "initial": initial,
+                       "actions": [{"type": "terminal/data", "data": "h\u00e9llo"}]},
+                      ensure_ascii=False).encode("utf-8")
+    lines = [
+        good,
+        b'{"reducer": "terminal", "initial": \xff\xfe}',
+        good.replace("h\u00e9llo".encode(), b"\\ud800"),
+        json.dumps({"reducer": "chat", "now": 10**16, "initial": {}, "actions": []}).encode(),
+        good,
+    ]
+    results = run_reduce(b"\n".join(lines) + b"\n")
+    assert len(results) == 5
+    assert results[0]["state"]["content"][0]["value"] == "h\u00e9llo"
+    assert "not UTF-8" in results[1]["error"]
+    assert "lone surrogate" in results[2]["error"]
+    assert "within" in results[3]["error"]
+    assert results[4] == results[0]

@@ -280,20 +280,24 @@ def pending_result(
     return ToolCallPendingResultConfirmationState(**base(tool_call_id), **fields)
 
 
-def completed(tool_call_id: str = "tc-1") -> ToolCallCompletedState:
-    return ToolCallCompletedState(
-        **base(tool_call_id),
-        invocation_message="Run ls",
-        confirmed=ToolCallConfirmationReason.NOT_NEEDED,
-        success=True,
-        past_tense_message="Ran ls",
-    )
+def completed(tool_call_id: str = "tc-1", **changes: Any) -> ToolCallCompletedState:
+    fields: dict[str, Any] = {
+        "invocation_message": "Run ls",
+        "confirmed": ToolCallConfirmationReason.NOT_NEEDED,
+        "success": True,
+        "past_tense_message": "Ran ls",
+    }
+    fields.update(changes)
+    return ToolCallCompletedState(**base(tool_call_id), **fields)
 
 
-def cancelled(tool_call_id: str = "tc-1") -> ToolCallCancelledState:
-    return ToolCallCancelledState(
-        **base(tool_call_id), invocation_message="Run ls", reason=ToolCallCancellationReason.DENIED
-    )
+def cancelled(tool_call_id: str = "tc-1", **changes: Any) -> ToolCallCancelledState:
+    fields: dict[str, Any] = {
+        "invocation_message": "Run ls",
+        "reason": ToolCallCancellationReason.DENIED,
+    }
+    fields.update(changes)
+    return ToolCallCancelledState(**base(tool_call_id), **fields)
 
 
 def start(
@@ -1067,12 +1071,9 @@ def test_denied_cancels_with_the_reason() -> None:
         initial,
         deny(selected_option_id="deny", reason_message="No", user_suggestion=suggestion),
     )
-    assert tool(state) == ToolCallCancelledState(
-        **base(),
+    assert tool(state) == cancelled(
         meta={"m": 0},
-        invocation_message="Run ls",
         tool_input="ls",
-        reason=ToolCallCancellationReason.DENIED,
         reason_message="No",
         user_suggestion=suggestion,
         selected_option=OPTIONS[1],
@@ -1092,16 +1093,12 @@ def test_confirmation_applies_only_to_a_pending_call() -> None:
 def test_complete_from_running_takes_the_result_but_not_the_running_content() -> None:
     initial = active(tc_part(running(selected_option=OPTIONS[0], content=OUTPUT, intention="List")))
     state = reduce(initial, complete(meta={"m": 2}))
-    assert tool(state) == ToolCallCompletedState(
-        **base(),
+    assert tool(state) == completed(
         intention="List",
         meta={"m": 2},
-        invocation_message="Run ls",
         tool_input="ls",
         confirmed=ToolCallConfirmationReason.USER_ACTION,
         selected_option=OPTIONS[0],
-        success=True,
-        past_tense_message="Ran ls",
         content=RESULT.content,
         structured_content={"files": 2},
     )
@@ -1130,10 +1127,8 @@ def test_complete_from_auth_required_with_a_failure_completes_with_pre_auth_cont
     )
     for requires in (None, False, True):  # never pending-result-confirmation
         state = reduce(initial, complete(FAILED, requires_result_confirmation=requires))
-        assert tool(state) == ToolCallCompletedState(
-            **base(),
+        assert tool(state) == completed(
             contributor=MCP,
-            invocation_message="Run ls",
             tool_input="ls",
             confirmed=ToolCallConfirmationReason.USER_ACTION,
             selected_option=OPTIONS[0],
@@ -1159,15 +1154,11 @@ def test_complete_ignores_other_statuses() -> None:
 def test_result_confirmed_approved_completes() -> None:
     initial = active(tc_part(pending_result(meta={"m": 0})), status=INPUT_NEEDED)
     state = reduce(initial, result_confirmed(True))
-    assert tool(state) == ToolCallCompletedState(
-        **base(),
+    assert tool(state) == completed(
         meta={"m": 0},
-        invocation_message="Run ls",
         tool_input="ls",
         confirmed=ToolCallConfirmationReason.SETTING,
         selected_option=OPTIONS[0],
-        success=True,
-        past_tense_message="Ran ls",
         content=(ToolResultTextContent(text="a b"),),
     )
     assert state.status == IN_PROGRESS
@@ -1176,10 +1167,8 @@ def test_result_confirmed_approved_completes() -> None:
 def test_result_confirmed_denied_cancels_without_the_result() -> None:
     initial = active(tc_part(pending_result()), status=INPUT_NEEDED)
     state = reduce(initial, result_confirmed(False, meta={"m": 1}))
-    assert tool(state) == ToolCallCancelledState(
-        **base(),
+    assert tool(state) == cancelled(
         meta={"m": 1},
-        invocation_message="Run ls",
         tool_input="ls",
         reason=ToolCallCancellationReason.RESULT_DENIED,
         selected_option=OPTIONS[0],
@@ -1392,11 +1381,8 @@ def test_turn_end_force_cancels_unfinished_tool_calls() -> None:
     parts = state.turns[-1].response_parts
 
     def skipped(tool_call_id: str, **changes: Any) -> ToolCallCancelledState:
-        fields: dict[str, Any] = {"invocation_message": "Run ls", "tool_input": "ls"}
-        fields.update(changes)
-        return ToolCallCancelledState(
-            **base(tool_call_id), reason=ToolCallCancellationReason.SKIPPED, **fields
-        )
+        changes.setdefault("tool_input", "ls")
+        return cancelled(tool_call_id, reason=ToolCallCancellationReason.SKIPPED, **changes)
 
     assert [part.tool_call for part in parts] == [  # type: ignore[union-attr]
         skipped(
@@ -1445,10 +1431,9 @@ def test_turn_end_cancels_an_unknown_status_as_the_reference_does() -> None:
     }
     state = reduce(active(tc_part(UnknownToolCallState(status="paused", raw=raw))), complete_turn())
     assert state.turns[-1].response_parts[0] == tc_part(
-        ToolCallCancelledState(
-            **base("u"),
+        cancelled(
+            "u",
             contributor=MCP,
-            invocation_message="Run ls",
             tool_input=ContentRef(uri="file:///in"),
             reason=ToolCallCancellationReason.SKIPPED,
         )

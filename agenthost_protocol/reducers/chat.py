@@ -72,7 +72,7 @@ module holds no mutable state: reducing is a function of the arguments only.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Final, TypeVar, get_args
+from typing import Any, Final, TypeAlias, TypedDict, TypeVar, get_args
 
 import attrs
 from attrs import AttrsInstance
@@ -125,6 +125,7 @@ from ..types import (
     ResponsePart,
     SessionStatus,
     StateAction,
+    StringOrMarkdown,
     ToolCallAuthRequiredState,
     ToolCallCancellationReason,
     ToolCallCancelledState,
@@ -139,6 +140,7 @@ from ..types import (
     ToolCallRunningState,
     ToolCallState,
     ToolCallStreamingState,
+    ToolInput,
     ToolResultContent,
     Turn,
     TurnState,
@@ -530,6 +532,60 @@ def _transition(
     return new
 
 
+# The statuses a transition can start from, and a turn end cancels.
+_OpenToolCall: TypeAlias = (
+    ToolCallStreamingState
+    | ToolCallPendingConfirmationState
+    | ToolCallRunningState
+    | ToolCallAuthRequiredState
+    | ToolCallPendingResultConfirmationState
+)
+
+
+class _ToolCallBase(TypedDict):
+    """The fields a call keeps through every transition: the reference's ``tcBase``."""
+
+    tool_call_id: str
+    tool_name: str
+    display_name: str
+    intention: str | None
+    contributor: ToolCallContributor | None
+    meta: Mapping[str, Any] | None
+
+
+class _PostConfirmation(TypedDict):
+    """What a call carries from its confirmation on: running, auth-required and finished."""
+
+    invocation_message: StringOrMarkdown
+    tool_input: ToolInput | None
+    confirmed: ToolCallConfirmationReason | str
+    selected_option: ConfirmationOption | None
+
+
+def _tc_base(tc: _OpenToolCall, meta: Mapping[str, Any] | None = None) -> _ToolCallBase:
+    """The base fields of ``tc``, an action's ``_meta`` over its own (``tcBaseWithMeta``)."""
+    # A literal, not ``_ToolCallBase(...)``: a class call costs more, for the same dict.
+    return {
+        "tool_call_id": tc.tool_call_id,
+        "tool_name": tc.tool_name,
+        "display_name": tc.display_name,
+        "intention": tc.intention,
+        "contributor": tc.contributor,
+        "meta": _or(meta, tc.meta),
+    }
+
+
+def _post_confirmation(
+    tc: ToolCallRunningState | ToolCallAuthRequiredState | ToolCallPendingResultConfirmationState,
+) -> _PostConfirmation:
+    return {
+        "invocation_message": tc.invocation_message,
+        "tool_input": tc.tool_input,
+        "confirmed": tc.confirmed,
+        "selected_option": tc.selected_option,
+    }
+
+
 def _tool_call_delta(tc: ToolCallState, action: ChatToolCallDeltaAction) -> ToolCallState:
     """``chat/toolCallDelta``: streaming only; append the input if given, maybe message and meta."""
     if type(tc) is not ToolCallStreamingState:
@@ -586,15 +642,14 @@ def _ready(tc: ToolCallState, action: ChatToolCallReadyAction) -> ToolCallState:
             tool_input = tc.tool_input
     else:
         return tc
+    base = _tc_base(tc, action.meta)
+    # The one transition that may refine these two.
+    base["intention"] = _or(action.intention, tc.intention)
+    base["contributor"] = _refined_contributor(tc.contributor, action.contributor)
     new: ToolCallState
     if action.confirmed:
         new = ToolCallRunningState(
-            tool_call_id=tc.tool_call_id,
-            tool_name=tc.tool_name,
-            display_name=tc.display_name,
-            intention=_or(action.intention, tc.intention),
-            contributor=_refined_contributor(tc.contributor, action.contributor),
-            meta=_or(action.meta, tc.meta),
+            **base,
             invocation_message=action.invocation_message,
             tool_input=tool_input,
             confirmed=action.confirmed,
@@ -603,12 +658,7 @@ def _ready(tc: ToolCallState, action: ChatToolCallReadyAction) -> ToolCallState:
         # A call that was already pending keeps what this action does not restate.
         previous = tc if isinstance(tc, ToolCallPendingConfirmationState) else _NOTHING_PENDING
         new = ToolCallPendingConfirmationState(
-            tool_call_id=tc.tool_call_id,
-            tool_name=tc.tool_name,
-            display_name=tc.display_name,
-            intention=_or(action.intention, tc.intention),
-            contributor=_refined_contributor(tc.contributor, action.contributor),
-            meta=_or(action.meta, tc.meta),
+            **base,
             invocation_message=action.invocation_message,
             tool_input=tool_input,
             confirmation_title=(
@@ -651,12 +701,7 @@ def _approved(tc: ToolCallState, action: ChatToolCallApprovedAction) -> ToolCall
     if action.edited_tool_input is not None and isinstance(tool_input, str):
         tool_input = action.edited_tool_input
     return ToolCallRunningState(
-        tool_call_id=tc.tool_call_id,
-        tool_name=tc.tool_name,
-        display_name=tc.display_name,
-        intention=tc.intention,
-        contributor=tc.contributor,
-        meta=_or(action.meta, tc.meta),
+        **_tc_base(tc, action.meta),
         invocation_message=tc.invocation_message,
         tool_input=tool_input,
         confirmed=action.confirmed,
@@ -669,12 +714,7 @@ def _denied(tc: ToolCallState, action: ChatToolCallDeniedAction) -> ToolCallStat
     if not isinstance(tc, ToolCallPendingConfirmationState):
         return tc
     return ToolCallCancelledState(
-        tool_call_id=tc.tool_call_id,
-        tool_name=tc.tool_name,
-        display_name=tc.display_name,
-        intention=tc.intention,
-        contributor=tc.contributor,
-        meta=_or(action.meta, tc.meta),
+        **_tc_base(tc, action.meta),
         invocation_message=tc.invocation_message,
         tool_input=tc.tool_input,
         reason=action.reason,
@@ -689,18 +729,24 @@ def _complete(tc: ToolCallState, action: ChatToolCallCompleteAction) -> ToolCall
     result = action.result
     pre_auth_content: tuple[ToolResultContent, ...] | None = None
     from_auth = isinstance(tc, ToolCallAuthRequiredState)
+    post: _PostConfirmation
     if isinstance(tc, ToolCallRunningState):
-        confirmed, selected_option = tc.confirmed, tc.selected_option
+        post = _post_confirmation(tc)
     elif isinstance(tc, ToolCallAuthRequiredState):
         # Execution never resumed after the auth challenge, so only a failure
         # (the client giving up) can end it; the content produced before the
         # pause is all the tool ever produced.
         if result.success:
             return tc
-        confirmed, selected_option = tc.confirmed, tc.selected_option
+        post = _post_confirmation(tc)
         pre_auth_content = tc.content
     elif isinstance(tc, ToolCallPendingConfirmationState):
-        confirmed, selected_option = ToolCallConfirmationReason.NOT_NEEDED, None
+        post = {
+            "invocation_message": tc.invocation_message,
+            "tool_input": tc.tool_input,
+            "confirmed": ToolCallConfirmationReason.NOT_NEEDED,
+            "selected_option": None,
+        }
     else:
         return tc
     # An abandoned auth challenge leaves no result to review.
@@ -710,16 +756,8 @@ def _complete(tc: ToolCallState, action: ChatToolCallCompleteAction) -> ToolCall
         else ToolCallCompletedState
     )
     return finished(
-        tool_call_id=tc.tool_call_id,
-        tool_name=tc.tool_name,
-        display_name=tc.display_name,
-        intention=tc.intention,
-        contributor=tc.contributor,
-        meta=_or(action.meta, tc.meta),
-        invocation_message=tc.invocation_message,
-        tool_input=tc.tool_input,
-        confirmed=confirmed,
-        selected_option=selected_option,
+        **_tc_base(tc, action.meta),
+        **post,
         success=result.success,
         past_tense_message=result.past_tense_message,
         content=_or(result.content, pre_auth_content),
@@ -734,19 +772,11 @@ def _result_confirmed(
     """``chat/toolCallResultConfirmed``: pending-result-confirmation → completed or cancelled."""
     if not isinstance(tc, ToolCallPendingResultConfirmationState):
         return tc
-    meta = _or(action.meta, tc.meta)
+    base = _tc_base(tc, action.meta)
     if action.approved:
         return ToolCallCompletedState(
-            tool_call_id=tc.tool_call_id,
-            tool_name=tc.tool_name,
-            display_name=tc.display_name,
-            intention=tc.intention,
-            contributor=tc.contributor,
-            meta=meta,
-            invocation_message=tc.invocation_message,
-            tool_input=tc.tool_input,
-            confirmed=tc.confirmed,
-            selected_option=tc.selected_option,
+            **base,
+            **_post_confirmation(tc),
             success=tc.success,
             past_tense_message=tc.past_tense_message,
             content=tc.content,
@@ -754,12 +784,7 @@ def _result_confirmed(
             error=tc.error,
         )
     return ToolCallCancelledState(
-        tool_call_id=tc.tool_call_id,
-        tool_name=tc.tool_name,
-        display_name=tc.display_name,
-        intention=tc.intention,
-        contributor=tc.contributor,
-        meta=meta,
+        **base,
         invocation_message=tc.invocation_message,
         tool_input=tc.tool_input,
         reason=ToolCallCancellationReason.RESULT_DENIED,
@@ -784,6 +809,8 @@ def _auth_required(tc: ToolCallState, action: ChatToolCallAuthRequiredAction) ->
     contributor = tc.contributor
     if not isinstance(contributor, ToolCallMcpContributor):
         return tc
+    # Not ``_tc_base``: its ``contributor`` is typed for any status, and this
+    # one requires an MCP server's, which only the check above establishes.
     return ToolCallAuthRequiredState(
         tool_call_id=tc.tool_call_id,
         tool_name=tc.tool_name,
@@ -791,10 +818,7 @@ def _auth_required(tc: ToolCallState, action: ChatToolCallAuthRequiredAction) ->
         intention=tc.intention,
         contributor=contributor,
         meta=_or(action.meta, tc.meta),
-        invocation_message=tc.invocation_message,
-        tool_input=tc.tool_input,
-        confirmed=tc.confirmed,
-        selected_option=tc.selected_option,
+        **_post_confirmation(tc),
         content=tc.content,
         auth=action.auth,
     )
@@ -805,17 +829,7 @@ def _auth_resolved(tc: ToolCallState, action: ChatToolCallAuthResolvedAction) ->
     if not isinstance(tc, ToolCallAuthRequiredState):
         return tc
     return ToolCallRunningState(
-        tool_call_id=tc.tool_call_id,
-        tool_name=tc.tool_name,
-        display_name=tc.display_name,
-        intention=tc.intention,
-        contributor=tc.contributor,
-        meta=_or(action.meta, tc.meta),
-        invocation_message=tc.invocation_message,
-        tool_input=tc.tool_input,
-        confirmed=tc.confirmed,
-        selected_option=tc.selected_option,
-        content=tc.content,
+        **_tc_base(tc, action.meta), **_post_confirmation(tc), content=tc.content
     )
 
 
@@ -835,12 +849,7 @@ def _force_cancel(part: ResponsePart) -> ResponsePart:
         invocation_message = tc.invocation_message
         tool_input = tc.tool_input
     cancelled = ToolCallCancelledState(
-        tool_call_id=tc.tool_call_id,
-        tool_name=tc.tool_name,
-        display_name=tc.display_name,
-        intention=tc.intention,
-        contributor=tc.contributor,
-        meta=tc.meta,
+        **_tc_base(tc),
         invocation_message=invocation_message,
         tool_input=tool_input,
         reason=ToolCallCancellationReason.SKIPPED,
@@ -1055,6 +1064,20 @@ def _open_input_request(parts: tuple[ResponsePart, ...], request_id: str) -> int
     return -1
 
 
+def _open_request_part(
+    turn: ActiveTurn | None, request_id: str
+) -> tuple[ActiveTurn, int, InputRequestResponsePart] | None:
+    """``turn``, the index and the part of the unresolved request ``request_id``; else None."""
+    if turn is None:
+        return None
+    index = _open_input_request(turn.response_parts, request_id)
+    if index < 0:
+        return None
+    part = turn.response_parts[index]
+    assert type(part) is InputRequestResponsePart
+    return turn, index, part
+
+
 def _with_part(turn: ActiveTurn, index: int, part: ResponsePart) -> ActiveTurn:
     parts = turn.response_parts
     return _turn_with_parts(turn, (*parts[:index], part, *parts[index + 1 :]))
@@ -1086,14 +1109,10 @@ def _input_answer_changed(
     state: ChatState, action: ChatInputAnswerChangedAction, now: Clock | None
 ) -> ChatState:
     """``chat/inputAnswerChanged``: set (or, without ``answer``, delete) one draft answer."""
-    turn = state.active_turn
-    if turn is None:
+    found = _open_request_part(state.active_turn, action.request_id)
+    if found is None:
         return state
-    index = _open_input_request(turn.response_parts, action.request_id)
-    if index < 0:
-        return state
-    part = turn.response_parts[index]
-    assert type(part) is InputRequestResponsePart
+    turn, index, part = found
     answers = dict(part.request.answers) if part.request.answers else {}
     if action.answer is None:
         answers.pop(action.question_id, None)
@@ -1109,14 +1128,10 @@ def _input_completed(
     state: ChatState, action: ChatInputCompletedAction, now: Clock | None
 ) -> ChatState:
     """``chat/inputCompleted``: resolve the part in place, final answers over the drafts."""
-    turn = state.active_turn
-    if turn is None:
+    found = _open_request_part(state.active_turn, action.request_id)
+    if found is None:
         return state
-    index = _open_input_request(turn.response_parts, action.request_id)
-    if index < 0:
-        return state
-    part = turn.response_parts[index]
-    assert type(part) is InputRequestResponsePart
+    turn, index, part = found
     answers = {**(part.request.answers or {}), **(action.answers or {})}
     request = attrs.evolve(part.request, answers=answers or None)
     new_turn = _with_part(

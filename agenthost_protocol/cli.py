@@ -81,7 +81,9 @@ def reduce_line(line: str | bytes) -> dict[str, Any]:
         actions_raw = obj.get("actions")
         if not isinstance(actions_raw, list):
             return {"error": "actions must be an array"}
-        state = wire.structure(obj["initial"], STATE_TYPES[name], path=("initial",))
+        state: t.SnapshotState = wire.structure(
+            obj["initial"], STATE_TYPES[name], path=("initial",)
+        )
         actions = [
             wire.structure(a, t.StateAction, path=("actions", i))
             for i, a in enumerate(actions_raw)

@@ -169,7 +169,7 @@ def run_reducer_case(name: str, case: Mapping[str, Any]) -> CaseResult:
         kind = ChannelKind(case["reducer"])
         state_type = STATE_TYPES[kind.value]
         reducer = reducers.REDUCERS[kind]
-        state = wire.structure(case["initial"], state_type, path=("initial",))
+        state: t.SnapshotState = wire.structure(case["initial"], state_type, path=("initial",))
         actions = [
             wire.structure(a, t.StateAction, path=("actions", i))
             for i, a in enumerate(case["actions"])

@@ -35,7 +35,7 @@ import re
 import types as _pytypes
 from collections.abc import Callable, Mapping
 from enum import Enum, IntFlag
-from typing import Any, Literal, TypeVar, Union, cast, get_args, get_origin
+from typing import Any, Literal, TypeVar, Union, cast, get_args, get_origin, overload
 
 import attrs
 import cattrs
@@ -736,14 +736,23 @@ def _format_path(segments: tuple[str | int, ...]) -> str:
     return out
 
 
-def structure(data: Any, tp: Any, *, path: tuple[str | int, ...] = ()) -> Any:
+@overload
+def structure(data: object, tp: type[T], *, path: tuple[str | int, ...] = ()) -> T: ...
+@overload
+def structure(data: object, tp: object, *, path: tuple[str | int, ...] = ()) -> Any: ...
+def structure(data: object, tp: object, *, path: tuple[str | int, ...] = ()) -> Any:
     """Decode JSON-compatible ``data`` as ``tp`` (a model class, union alias or field type).
+
+    Typed for a class: ``structure(obj, SessionState)`` is a ``SessionState``
+    to the type checker, so ``state.titel`` is an error.  A union alias
+    (``StateAction``) or a field type gives ``Any``; narrow it with
+    ``isinstance`` or ``match``.
 
     Raises :class:`~agenthost_protocol.errors.InvalidParams` with the path of the
     offending value.  ``path`` prefixes the reported path.
     """
     try:
-        return converter.structure(data, tp)
+        return converter.structure(data, tp)  # type: ignore[arg-type]  # any type form
     except Exception as e:
         raise _raise(e, path) from None
 
@@ -825,7 +834,7 @@ def parse_action(data: Any) -> t.StateAction:
 
 def parse_envelope(data: Any) -> t.ActionEnvelope:
     """Decode an ``ActionEnvelope`` (the params of an ``action`` notification)."""
-    return cast(t.ActionEnvelope, structure(data, t.ActionEnvelope))
+    return structure(data, t.ActionEnvelope)
 
 
 _PARAMS_HOOKS: dict[str, Callable[[Any, Any], Any]] = {}

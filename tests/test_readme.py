@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 README = Path(__file__).parent.parent / "README.md"
@@ -13,3 +15,25 @@ def test_readme_example_runs(capsys: object) -> None:
     assert code is not None
     assert len(code.group(1).splitlines()) <= 15
     exec(compile(code.group(1), "README.md", "exec"), {})
+
+
+def _mypy(tmp_path: Path, name: str, code: str) -> subprocess.CompletedProcess[str]:
+    target = tmp_path / name
+    target.write_text(code, encoding="utf-8")
+    return subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-incremental",
+         "--cache-dir", str(tmp_path / ".mypy"), str(target)],
+        capture_output=True, text=True, check=False, timeout=300,
+        cwd=Path(__file__).parent.parent,
+    )
+
+
+def test_readme_example_type_checks_strictly(tmp_path: Path) -> None:
+    code = re.search(r"```python\n(.*?)```", README.read_text(), re.S)
+    assert code is not None
+    done = _mypy(tmp_path, "readme_example.py", code.group(1))
+    assert done.returncode == 0, done.stdout
+    # The check has teeth: a misspelt field of a decoded state is an error.
+    typo = code.group(1) + "session.titel\n"
+    done = _mypy(tmp_path, "readme_typo.py", typo)
+    assert done.returncode == 1 and '"SessionState" has no attribute "titel"' in done.stdout

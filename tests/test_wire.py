@@ -398,7 +398,7 @@ def test_mutated_fixture_states_raise_only_protocol_errors(data: st.DataObject) 
     case = json.loads(data.draw(st.sampled_from(REDUCER_CASES)).read_text())
     tp = STATE_TYPES[case["reducer"]]
     try:
-        state = wire.structure(_mutate(case["initial"], data), tp)
+        state: Any = wire.structure(_mutate(case["initial"], data), tp)
     except ProtocolError as e:
         assert e.code == -32602
     else:
@@ -424,7 +424,7 @@ def test_encoding_yields_plain_json_types(path: Path) -> None:
     from agenthost_protocol.conformance import STATE_TYPES
 
     case = json.loads(path.read_text())
-    state = wire.structure(case["expected"], STATE_TYPES[case["reducer"]])
+    state: Any = wire.structure(case["expected"], STATE_TYPES[case["reducer"]])
     _assert_plain_json(wire.unstructure(state))
     for action in case["actions"]:
         _assert_plain_json(wire.unstructure(wire.parse_action(action)))

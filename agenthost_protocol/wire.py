@@ -35,7 +35,7 @@ import re
 import types as _pytypes
 from collections.abc import Callable, Mapping
 from enum import Enum, IntFlag
-from typing import Any, Literal, TypeVar, Union, cast, get_args, get_origin, overload
+from typing import Any, Final, Literal, TypeVar, Union, cast, get_args, get_origin, overload
 
 import attrs
 import cattrs
@@ -794,6 +794,9 @@ def _finite_float(text: str) -> float:
 
 
 # ``\ud800``-``\udfff`` escapes: the only way lone surrogates get into decoded text.
+# Built once: ``json.loads`` with hooks would build a decoder (and its scanner)
+# on every call.  It holds no state between calls.
+_DECODER: Final = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_float)
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
@@ -810,7 +813,7 @@ def parse_json(data: bytes | bytearray | memoryview | str) -> Any:
             data = bytes(data).decode("utf-8")
         elif not data.isascii() and lone_surrogate_at(data) >= 0:
             raise ParseError(f"a lone surrogate at index {lone_surrogate_at(data)}")
-        value = json.loads(data, parse_constant=_reject_constant, parse_float=_finite_float)
+        value = _DECODER.decode(data)
     except UnicodeDecodeError as e:
         raise ParseError(f"not UTF-8: {e.reason}") from None
     except json.JSONDecodeError as e:

@@ -1,0 +1,52 @@
+"""The sans-I/O host core: ``Host``, its connections, events and validation rules.
+
+See ``docs/host.md``.  The public names are those of ``__all__``; the
+modules (``core``, ``connection``, ``events``, ``replay``, ``validation``,
+``sessions``) hold them.
+"""
+
+from __future__ import annotations
+
+from .connection import ConnectionState, HostConnection
+from .core import Host, ProtocolNotificationParams
+from .events import (
+    ClientRequestParams,
+    ClientRequestResult,
+    ConnectionClosed,
+    ErrorData,
+    ErrorReceived,
+    Event,
+    Initialized,
+    Reconnected,
+    RequestReceived,
+    Responder,
+    ResponseReceived,
+    ServerRequestParams,
+    ServerRequestResult,
+)
+from .replay import ReplayBuffer, ReplayEntry
+from .validation import ValidationContext, validate
+
+__all__ = [
+    "ClientRequestParams",
+    "ClientRequestResult",
+    "ConnectionClosed",
+    "ConnectionState",
+    "ErrorData",
+    "ErrorReceived",
+    "Event",
+    "Host",
+    "HostConnection",
+    "Initialized",
+    "ProtocolNotificationParams",
+    "Reconnected",
+    "ReplayBuffer",
+    "ReplayEntry",
+    "RequestReceived",
+    "Responder",
+    "ResponseReceived",
+    "ServerRequestParams",
+    "ServerRequestResult",
+    "ValidationContext",
+    "validate",
+]

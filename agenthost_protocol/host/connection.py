@@ -1,0 +1,142 @@
+"""One transport connection as the host sees it: bytes in, messages out.
+
+A :class:`HostConnection` is made by :meth:`Host.connect
+<agenthost_protocol.host.Host.connect>` and does no I/O: the embedder feeds
+it each received message with :meth:`receive_data` and sends what
+:meth:`data_to_send` returns.  Everything it decides is the host's business,
+so ``receive_data`` hands the message to the host that owns it.
+"""
+
+from __future__ import annotations
+
+import json
+from enum import Enum
+from typing import TYPE_CHECKING
+
+from .. import types as t
+from .. import wire
+from ..errors import LocalProtocolError
+from ..methods import METHODS, Direction, MessageKind
+from .events import ErrorData, ServerRequestParams
+
+if TYPE_CHECKING:
+    from .core import Host
+
+__all__ = ["ConnectionState", "HostConnection"]
+
+
+class ConnectionState(str, Enum):
+    """Where a connection is in its life."""
+
+    AWAITING_INITIALIZE = "awaiting-initialize"
+    """Only ``initialize``, ``reconnect`` and ``ping`` are answered."""
+    OPEN = "open"
+    CLOSED = "closed"
+    """Sticky: input is ignored, nothing more is queued."""
+
+
+def _json(obj: object) -> bytes:
+    try:
+        text = json.dumps(obj, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        return text.encode("utf-8")
+    except (ValueError, UnicodeEncodeError) as e:  # NaN, or a lone surrogate the caller built
+        raise LocalProtocolError(f"not representable in JSON: {e}") from None
+
+
+class HostConnection:
+    """The host's end of one transport connection."""
+
+    def __init__(self, host: Host, number: int) -> None:
+        self._host = host
+        self.number = number
+        """A number unique within the host, in order of :meth:`Host.connect` calls."""
+        self.state = ConnectionState.AWAITING_INITIALIZE
+        self.client_id: str | None = None
+        self.protocol_version: str | None = None
+        """The negotiated version (``None`` before ``initialize`` or ``reconnect``)."""
+        self._subscriptions: dict[str, None] = {}
+        self._outbox: list[bytes] = []
+        self._pending: dict[int, str] = {}
+        self._next_id = 0
+
+    def __repr__(self) -> str:
+        return f"<HostConnection #{self.number} {self.state.value} client={self.client_id!r}>"
+
+    @property
+    def subscriptions(self) -> tuple[str, ...]:
+        """The channels this connection is subscribed to, in subscription order."""
+        return tuple(self._subscriptions)
+
+    @property
+    def closed(self) -> bool:
+        return self.state is ConnectionState.CLOSED
+
+    # -- the embedder's side --
+
+    def receive_data(self, data: bytes | str) -> None:
+        """Feed one whole JSON-RPC message (a WebSocket text frame, a JSON line).
+
+        Malformed input is answered on this connection as JSON-RPC says; it
+        never raises for what the peer sent.  Ignored once closed.
+        """
+        self._host._receive(self, data)
+
+    def data_to_send(self) -> list[bytes]:
+        """Drain the messages queued for this connection, each one JSON-RPC message."""
+        out, self._outbox = self._outbox, []
+        return out
+
+    def send_request(self, method: str, params: ServerRequestParams) -> int:
+        """Send a server-to-client request (``resource*``, ``createResourceWatch``).
+
+        Returns the request id; the answer comes back as a
+        :class:`~agenthost_protocol.host.ResponseReceived` or
+        :class:`~agenthost_protocol.host.ErrorReceived` event.
+        """
+        info = METHODS.get(method)
+        if (
+            info is None
+            or info.kind is not MessageKind.REQUEST
+            or Direction.SERVER_TO_CLIENT not in info.directions
+        ):
+            raise LocalProtocolError(f"{method!r} is not a server-to-client request")
+        if not isinstance(params, info.params):
+            raise LocalProtocolError(f"{method} takes {info.params.__name__}")
+        if self.state is not ConnectionState.OPEN:
+            raise LocalProtocolError(f"connection is {self.state.value}")
+        self._next_id += 1
+        request_id = self._next_id
+        self._pending[request_id] = method
+        msg = t.JsonRpcRequest(id=request_id, method=method, params=params)
+        self._outbox.append(wire.dumps(msg).encode("utf-8"))
+        return request_id
+
+    def close(self, reason: str = "closed by the host") -> None:
+        """Close from the host side: queue nothing more; ``ConnectionClosed`` follows."""
+        self._host._close(self, reason)
+
+    def connection_lost(self) -> None:
+        """The transport is gone: what is queued is dropped."""
+        self._outbox.clear()
+        self._host._close(self, "connection lost")
+
+    # -- the host's side --
+
+    def _queue(self, data: bytes) -> None:
+        if self.state is not ConnectionState.CLOSED:
+            self._outbox.append(data)
+
+    def _send_json(self, obj: object) -> None:
+        self._queue(_json(obj))
+
+    def _send_result(self, request_id: t.JsonRpcId, result: object) -> None:
+        # built by hand so that a ``None`` result is written ``"result": null``
+        self._send_json({"jsonrpc": "2.0", "id": request_id, "result": wire.dump(result)})
+
+    def _send_error(
+        self, request_id: t.JsonRpcId | None, code: int, message: str, data: ErrorData | None
+    ) -> None:
+        error: dict[str, object] = {"code": code, "message": message}
+        if data is not None:
+            error["data"] = wire.dump(data)
+        self._send_json({"jsonrpc": "2.0", "id": request_id, "error": error})

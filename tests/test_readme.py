@@ -1,4 +1,4 @@
-"""The README's example runs as written."""
+"""The README's example runs as written, and it and the docs examples type-check strictly."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 README = Path(__file__).parent.parent / "README.md"
 
@@ -37,3 +39,13 @@ def test_readme_example_type_checks_strictly(tmp_path: Path) -> None:
     typo = code.group(1) + "session.titel\n"
     done = _mypy(tmp_path, "readme_typo.py", typo)
     assert done.returncode == 1 and '"SessionState" has no attribute "titel"' in done.stdout
+
+
+DOCS = Path(__file__).parent.parent / "docs"
+
+
+@pytest.mark.parametrize(("page", "index"), [("host.md", 0), ("client.md", 0), ("client.md", 1)])
+def test_docs_examples_type_check_strictly(tmp_path: Path, page: str, index: int) -> None:
+    blocks = re.findall(r"```python\n(.*?)```", (DOCS / page).read_text(), re.S)
+    done = _mypy(tmp_path, f"{page[:-3]}_{index}.py", blocks[index])
+    assert done.returncode == 0, done.stdout

@@ -43,10 +43,11 @@ from __future__ import annotations
 
 import bisect
 from collections import Counter, deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 
 from attrs import define, evolve, field, frozen
 
+from agenthost_protocol.host import validation
 from agenthost_protocol.reconciler import (
     ClientReconciler,
     Received,
@@ -67,18 +68,14 @@ from agenthost_protocol.types import (
     ChatDeltaAction,
     ChatDraftChangedAction,
     ChatErrorAction,
-    ChatInputAnswer,
     ChatInputAnswerChangedAction,
     ChatInputAnswered,
     ChatInputAnswerState,
-    ChatInputBooleanAnswerValue,
     ChatInputBooleanQuestion,
     ChatInputCompletedAction,
-    ChatInputQuestion,
     ChatInputRequest,
     ChatInputRequestedAction,
     ChatInputResponseKind,
-    ChatInputTextAnswerValue,
     ChatInputTextQuestion,
     ChatPendingMessageRemovedAction,
     ChatPendingMessageSetAction,
@@ -123,7 +120,6 @@ from agenthost_protocol.types import (
     ToolCallResponsePart,
     ToolCallResult,
     ToolCallRunningState,
-    UnknownChatInputQuestion,
 )
 from agenthost_protocol.versions import IS_CLIENT_DISPATCHABLE
 
@@ -754,28 +750,10 @@ def _open_request(turn: ActiveTurn | None, request_id: str) -> ChatInputRequest 
     return next((r for r in open_requests(turn) if r.id == request_id), None)
 
 
-def _questions(request: ChatInputRequest) -> dict[str, ChatInputQuestion]:
-    return {q.id: q for q in request.questions or () if not isinstance(q, UnknownChatInputQuestion)}
-
-
-def _check_answers(
-    request: ChatInputRequest, answers: Mapping[str, ChatInputAnswer | None]
-) -> str | None:
-    """Answers must name a question of ``request`` and hold a value of its kind."""
-    questions = _questions(request)
-    for question_id, answer in answers.items():
-        question = questions.get(question_id)
-        if question is None:
-            return f"no question {question_id!r}"
-        if isinstance(answer, ChatInputAnswered):
-            expected = (
-                ChatInputTextAnswerValue
-                if isinstance(question, ChatInputTextQuestion)
-                else ChatInputBooleanAnswerValue
-            )
-            if not isinstance(answer.value, expected):
-                return f"wrong kind of answer to {question_id!r}"
-    return None
+# The answer checks are the host core's (inventory §8: an answer must name a
+# question of the request and hold a value of its kind).
+_check_answers = validation._check_answers
+_questions = validation._questions
 
 
 # ── a client ─────────────────────────────────────────────────────────────────

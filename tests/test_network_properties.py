@@ -74,11 +74,11 @@ from agenthost_protocol.client import (
 from agenthost_protocol.errors import LocalProtocolError
 from agenthost_protocol.host import Host
 from agenthost_protocol.reducers import reduce
-from agenthost_protocol.reducers._clock import iso_timestamp
 from agenthost_protocol.testing.network import Network
 from agenthost_protocol.versions import SUPPORTED_PROTOCOL_VERSIONS, is_action_known_to_version
 
-FIXED_NOW = 1_767_225_600_000
+from ._harness import Ticker
+
 ROOT = "ahp-root://"
 SESSION = "ahp-session:/s1"
 CHAT = "ahp-chat:/c1"
@@ -96,21 +96,6 @@ CLIENT = st.integers(min_value=0, max_value=4)
 MAX_CLIENTS = 5
 REPLAY_WINDOWS = (MAX_CLIENTS + 1, 8, 12, 10_000)
 """Replay buffer sizes; the smallest still holds what one round of delivery adds."""
-
-
-class Ticker:
-    """Epoch ms from :data:`FIXED_NOW`, ``step`` ms later at each reading (0: stands still)."""
-
-    def __init__(self, step: int = 0) -> None:
-        self.step = step
-        self.ms = FIXED_NOW
-
-    def __call__(self) -> int:
-        self.ms += self.step
-        return self.ms
-
-    def iso(self) -> str:
-        return iso_timestamp(self())
 
 
 def stopped_at(ms: int) -> Callable[[], int]:

@@ -39,6 +39,7 @@ from typing import Any, Final, TypeAlias
 
 from attrs import field, frozen
 
+from . import types as t
 from . import wire
 from .errors import (
     InvalidParams,
@@ -94,12 +95,15 @@ __all__ = [
     "Event",
     "FailureReason",
     "Initialized",
+    "NotificationParams",
     "NotificationReceived",
     "ProtocolViolation",
     "Reconnected",
     "RequestFailed",
+    "RequestResult",
     "Responder",
     "ResponseReceived",
+    "ServerRequestParams",
     "ServerRequestReceived",
 ]
 
@@ -164,6 +168,50 @@ class Initialized:
     """The whole result (``defaultDirectory``, ``telemetry`` ...)."""
 
 
+RequestResult: TypeAlias = (
+    t.InitializeResult
+    | t.ReconnectResult
+    | t.SubscribeResult
+    | t.CreateResourceWatchResult
+    | t.ListSessionsResult
+    | t.ResourceReadResult
+    | t.ResourceWriteResult
+    | t.ResourceListResult
+    | t.ResourceCopyResult
+    | t.ResourceDeleteResult
+    | t.ResourceMoveResult
+    | t.ResourceResolveResult
+    | t.ResourceMkdirResult
+    | t.ResourceRequestResult
+    | t.FetchTurnsResult
+    | t.AuthenticateResult
+    | t.ResolveSessionConfigResult
+    | t.SessionConfigCompletionsResult
+    | t.CompletionsResult
+    | t.InvokeChangesetOperationResult
+    | None
+)
+"""The result of any client-to-server request, by method (``None`` for ``null``
+results); narrow it with ``isinstance`` or ``match``."""
+
+ServerRequestParams: TypeAlias = (
+    t.CreateResourceWatchParams
+    | t.ResourceReadParams
+    | t.ResourceWriteParams
+    | t.ResourceListParams
+    | t.ResourceCopyParams
+    | t.ResourceDeleteParams
+    | t.ResourceMoveParams
+    | t.ResourceResolveParams
+    | t.ResourceMkdirParams
+    | t.ResourceRequestParams
+)
+"""The params of the requests a host may send a client."""
+
+NotificationParams: TypeAlias = t.ProtocolNotification
+"""The params of a protocol notification other than ``action``."""
+
+
 @frozen(kw_only=True)
 class ResponseReceived:
     """A request succeeded.  ``result`` has the method's result class (``None`` for
@@ -173,7 +221,7 @@ class ResponseReceived:
     method: str
     params: object = field(repr=False)
     """The params the request was sent with."""
-    result: object
+    result: RequestResult
 
 
 @frozen(kw_only=True)
@@ -206,7 +254,7 @@ class NotificationReceived:
     """A protocol notification (``root/progress``, ``auth/required`` ...) with typed params."""
 
     method: str
-    params: object
+    params: NotificationParams
 
 
 @frozen(kw_only=True)
@@ -218,7 +266,7 @@ class ServerRequestReceived:
 
     id: int | str
     method: str
-    params: object
+    params: ServerRequestParams
     responder: Responder = field(repr=False, eq=False)
 
 

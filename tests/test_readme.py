@@ -49,3 +49,25 @@ def test_docs_examples_type_check_strictly(tmp_path: Path, page: str, index: int
     blocks = re.findall(r"```python\n(.*?)```", (DOCS / page).read_text(), re.S)
     done = _mypy(tmp_path, f"{page[:-3]}_{index}.py", blocks[index])
     assert done.returncode == 0, done.stdout
+
+
+def test_client_results_are_typed_for_narrowing(tmp_path: Path) -> None:
+    code = (
+        "from agenthost_protocol import types as t\n"
+        "from agenthost_protocol.client import ResponseReceived, ServerRequestReceived\n"
+        "def title(event: ResponseReceived) -> int:\n"
+        "    match event.result:\n"
+        "        case t.ListSessionsResult(items=items):\n"
+        "            return len(items)\n"
+        "    return 0\n"
+        "def uri(event: ServerRequestReceived) -> str:\n"
+        "    return event.params.uri if isinstance(event.params, t.ResourceReadParams) else ''\n"
+        "def wrong(event: ResponseReceived) -> int:\n"
+        "    return len(event.result.items)\n"
+    )
+    done = _mypy(tmp_path, "client_typing.py", code)
+    # ``event.result`` is a union of the result classes: narrowing works, and
+    # using a field without narrowing is an error, not ``Any``.
+    assert done.returncode == 1
+    errors = [line for line in done.stdout.splitlines() if ": error:" in line]
+    assert errors and all("client_typing.py:11:" in line for line in errors), done.stdout

@@ -49,7 +49,13 @@ from .errors import (
     ProtocolError,
     RemoteProtocolError,
 )
-from .methods import METHODS, Direction, MessageKind
+from .methods import (
+    METHODS,
+    CommandResult,
+    Direction,
+    ServerRequestParams,
+    request_method,
+)
 from .reconciler import ClientReconciler, Received, ReconnectOutcome
 from .reducers import Clock
 from .types import (
@@ -169,44 +175,10 @@ class Initialized:
 
 
 RequestResult: TypeAlias = (
-    t.InitializeResult
-    | t.ReconnectResult
-    | t.SubscribeResult
-    | t.CreateResourceWatchResult
-    | t.ListSessionsResult
-    | t.ResourceReadResult
-    | t.ResourceWriteResult
-    | t.ResourceListResult
-    | t.ResourceCopyResult
-    | t.ResourceDeleteResult
-    | t.ResourceMoveResult
-    | t.ResourceResolveResult
-    | t.ResourceMkdirResult
-    | t.ResourceRequestResult
-    | t.FetchTurnsResult
-    | t.AuthenticateResult
-    | t.ResolveSessionConfigResult
-    | t.SessionConfigCompletionsResult
-    | t.CompletionsResult
-    | t.InvokeChangesetOperationResult
-    | None
+    t.InitializeResult | t.ReconnectResult | t.SubscribeResult | CommandResult | None
 )
 """The result of any client-to-server request, by method (``None`` for ``null``
 results); narrow it with ``isinstance`` or ``match``."""
-
-ServerRequestParams: TypeAlias = (
-    t.CreateResourceWatchParams
-    | t.ResourceReadParams
-    | t.ResourceWriteParams
-    | t.ResourceListParams
-    | t.ResourceCopyParams
-    | t.ResourceDeleteParams
-    | t.ResourceMoveParams
-    | t.ResourceResolveParams
-    | t.ResourceMkdirParams
-    | t.ResourceRequestParams
-)
-"""The params of the requests a host may send a client."""
 
 NotificationParams: TypeAlias = t.ProtocolNotification
 """The params of a protocol notification other than ``action``."""
@@ -564,12 +536,8 @@ class ClientConnection:
         """
         if method in _DEDICATED:
             raise LocalProtocolError(f"use ClientConnection.{method}() for {method!r}")
-        info = METHODS.get(method)
-        if (
-            info is None
-            or info.kind is not MessageKind.REQUEST
-            or Direction.CLIENT_TO_SERVER not in info.directions
-        ):
+        info = request_method(method, Direction.CLIENT_TO_SERVER)
+        if info is None:
             raise LocalProtocolError(f"{method!r} is not a client-to-server request")
         if method == "ping":
             self._require_not_closed()

@@ -8,10 +8,11 @@ peer may send), 2 client notifications and 9 server notifications.
 from __future__ import annotations
 
 from enum import Enum
-from typing import Any, Final
+from typing import Any, Final, TypeAlias
 
 from attrs import frozen
 
+from . import types as t
 from .types import (
     ActionEnvelope,
     AuthenticateParams,
@@ -174,3 +175,93 @@ METHODS: Final[dict[str, Method]] = {
 def method_info(name: str) -> Method | None:
     """The :class:`Method` called ``name``, or ``None`` for a method AHP does not define."""
     return METHODS.get(name)
+
+
+def request_method(name: str, direction: Direction) -> Method | None:
+    """The :class:`Method` of the request ``name`` if it is sent in ``direction``, else ``None``."""
+    info = METHODS.get(name)
+    if info is None or info.kind is not MessageKind.REQUEST or direction not in info.directions:
+        return None
+    return info
+
+
+# Typed unions of the params and results by direction, for code that handles
+# "any request" and narrows with ``match``.  ``tests/test_wire.py`` checks them
+# against the table above.
+
+CommandParams: TypeAlias = (
+    t.CreateSessionParams
+    | t.DisposeSessionParams
+    | t.CreateChatParams
+    | t.DisposeChatParams
+    | t.CreateTerminalParams
+    | t.DisposeTerminalParams
+    | t.CreateResourceWatchParams
+    | t.ListSessionsParams
+    | t.ResourceReadParams
+    | t.ResourceWriteParams
+    | t.ResourceListParams
+    | t.ResourceCopyParams
+    | t.ResourceDeleteParams
+    | t.ResourceMoveParams
+    | t.ResourceResolveParams
+    | t.ResourceMkdirParams
+    | t.ResourceRequestParams
+    | t.FetchTurnsParams
+    | t.AuthenticateParams
+    | t.ResolveSessionConfigParams
+    | t.SessionConfigCompletionsParams
+    | t.CompletionsParams
+    | t.InvokeChangesetOperationParams
+)
+"""The params of every client-to-server request but the protocol-level
+``initialize``, ``ping``, ``reconnect`` and ``subscribe``."""
+
+CommandResult: TypeAlias = (
+    t.CreateResourceWatchResult
+    | t.ListSessionsResult
+    | t.ResourceReadResult
+    | t.ResourceWriteResult
+    | t.ResourceListResult
+    | t.ResourceCopyResult
+    | t.ResourceDeleteResult
+    | t.ResourceMoveResult
+    | t.ResourceResolveResult
+    | t.ResourceMkdirResult
+    | t.ResourceRequestResult
+    | t.FetchTurnsResult
+    | t.AuthenticateResult
+    | t.ResolveSessionConfigResult
+    | t.SessionConfigCompletionsResult
+    | t.CompletionsResult
+    | t.InvokeChangesetOperationResult
+)
+"""Their non-``null`` results."""
+
+ServerRequestParams: TypeAlias = (
+    t.CreateResourceWatchParams
+    | t.ResourceReadParams
+    | t.ResourceWriteParams
+    | t.ResourceListParams
+    | t.ResourceCopyParams
+    | t.ResourceDeleteParams
+    | t.ResourceMoveParams
+    | t.ResourceResolveParams
+    | t.ResourceMkdirParams
+    | t.ResourceRequestParams
+)
+"""The params of the requests a host may send a client."""
+
+ServerRequestResult: TypeAlias = (
+    t.CreateResourceWatchResult
+    | t.ResourceReadResult
+    | t.ResourceWriteResult
+    | t.ResourceListResult
+    | t.ResourceCopyResult
+    | t.ResourceDeleteResult
+    | t.ResourceMoveResult
+    | t.ResourceResolveResult
+    | t.ResourceMkdirResult
+    | t.ResourceRequestResult
+)
+"""Their results."""

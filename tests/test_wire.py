@@ -498,3 +498,27 @@ def test_flat_session_state_is_recognised_by_shape() -> None:
         "provider": "p", "title": "t", "status": 1, "lifecycle": "ready",
         "activeClients": [], "chats": []}}, t.Snapshot)
     assert isinstance(snapshot.state, t.SessionState)
+
+
+def test_request_unions_match_the_method_table() -> None:
+    import typing
+
+    from agenthost_protocol import methods as m
+
+    def members(alias: object) -> set[object]:
+        return set(typing.get_args(alias))
+
+    def of(direction: m.Direction) -> list[m.Method]:
+        return [info for info in METHODS.values()
+                if m.request_method(info.name, direction) is not None]
+
+    core = {"initialize", "ping", "reconnect", "subscribe"}
+    to_host = [info for info in of(m.Direction.CLIENT_TO_SERVER) if info.name not in core]
+    assert members(m.CommandParams) == {info.params for info in to_host}
+    assert members(m.CommandResult) == {info.result for info in to_host if info.result}
+    to_client = of(m.Direction.SERVER_TO_CLIENT)
+    assert members(m.ServerRequestParams) == {info.params for info in to_client}
+    assert members(m.ServerRequestResult) == {info.result for info in to_client}
+    assert m.request_method("action", m.Direction.SERVER_TO_CLIENT) is None  # a notification
+    assert m.request_method("createSession", m.Direction.SERVER_TO_CLIENT) is None
+    assert m.request_method("nope", m.Direction.CLIENT_TO_SERVER) is None

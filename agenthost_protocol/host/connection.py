@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from .. import types as t
 from .. import wire
 from ..errors import LocalProtocolError
-from ..methods import METHODS, Direction, MessageKind
+from ..methods import Direction, request_method
 from .events import ErrorData, ServerRequestParams
 
 if TYPE_CHECKING:
@@ -93,12 +93,8 @@ class HostConnection:
         :class:`~agenthost_protocol.host.ResponseReceived` or
         :class:`~agenthost_protocol.host.ErrorReceived` event.
         """
-        info = METHODS.get(method)
-        if (
-            info is None
-            or info.kind is not MessageKind.REQUEST
-            or Direction.SERVER_TO_CLIENT not in info.directions
-        ):
+        info = request_method(method, Direction.SERVER_TO_CLIENT)
+        if info is None:
             raise LocalProtocolError(f"{method!r} is not a server-to-client request")
         if not isinstance(params, info.params):
             raise LocalProtocolError(f"{method} takes {info.params.__name__}")

@@ -17,7 +17,13 @@ from attrs import field, frozen
 
 from .. import types as t
 from ..errors import LocalProtocolError
-from ..methods import METHODS
+from ..methods import (
+    METHODS,
+    CommandParams,
+    CommandResult,
+    ServerRequestParams,
+    ServerRequestResult,
+)
 from ..types.error_codes import (
     AhpErrorCode,
     AuthRequiredErrorData,
@@ -45,81 +51,11 @@ __all__ = [
     "ServerRequestResult",
 ]
 
-ClientRequestParams: TypeAlias = (
-    t.CreateSessionParams
-    | t.DisposeSessionParams
-    | t.CreateChatParams
-    | t.DisposeChatParams
-    | t.CreateTerminalParams
-    | t.DisposeTerminalParams
-    | t.CreateResourceWatchParams
-    | t.ListSessionsParams
-    | t.ResourceReadParams
-    | t.ResourceWriteParams
-    | t.ResourceListParams
-    | t.ResourceCopyParams
-    | t.ResourceDeleteParams
-    | t.ResourceMoveParams
-    | t.ResourceResolveParams
-    | t.ResourceMkdirParams
-    | t.ResourceRequestParams
-    | t.FetchTurnsParams
-    | t.AuthenticateParams
-    | t.ResolveSessionConfigParams
-    | t.SessionConfigCompletionsParams
-    | t.CompletionsParams
-    | t.InvokeChangesetOperationParams
-)
+ClientRequestParams: TypeAlias = CommandParams
 """The params of every command the core leaves to the embedder."""
 
-ClientRequestResult: TypeAlias = (
-    t.CreateResourceWatchResult
-    | t.ListSessionsResult
-    | t.ResourceReadResult
-    | t.ResourceWriteResult
-    | t.ResourceListResult
-    | t.ResourceCopyResult
-    | t.ResourceDeleteResult
-    | t.ResourceMoveResult
-    | t.ResourceResolveResult
-    | t.ResourceMkdirResult
-    | t.ResourceRequestResult
-    | t.FetchTurnsResult
-    | t.AuthenticateResult
-    | t.ResolveSessionConfigResult
-    | t.SessionConfigCompletionsResult
-    | t.CompletionsResult
-    | t.InvokeChangesetOperationResult
-)
+ClientRequestResult: TypeAlias = CommandResult
 """The results of those commands (``None`` for the commands whose result is ``null``)."""
-
-ServerRequestParams: TypeAlias = (
-    t.CreateResourceWatchParams
-    | t.ResourceReadParams
-    | t.ResourceWriteParams
-    | t.ResourceListParams
-    | t.ResourceCopyParams
-    | t.ResourceDeleteParams
-    | t.ResourceMoveParams
-    | t.ResourceResolveParams
-    | t.ResourceMkdirParams
-    | t.ResourceRequestParams
-)
-"""The params of the requests a host may send a client."""
-
-ServerRequestResult: TypeAlias = (
-    t.CreateResourceWatchResult
-    | t.ResourceReadResult
-    | t.ResourceWriteResult
-    | t.ResourceListResult
-    | t.ResourceCopyResult
-    | t.ResourceDeleteResult
-    | t.ResourceMoveResult
-    | t.ResourceResolveResult
-    | t.ResourceMkdirResult
-    | t.ResourceRequestResult
-)
-"""Their results, as a client's response is decoded."""
 
 ErrorData: TypeAlias = (
     AuthRequiredErrorData | PermissionDeniedErrorData | UnsupportedProtocolVersionErrorData

@@ -166,8 +166,6 @@ INLINE_DOCS = {
     "FileEditList": "File edits, wrapped in ``{items}`` on the wire for forward compatibility.",
     "PathPatternList": "Glob patterns or relative paths, wrapped in ``{items}`` on the wire.",
     "ResourceChangeList": "A batch of resource changes, wrapped in ``{items}`` on the wire.",
-    "PartialChatSummary": "Changed fields of a ``ChatSummary`` (``session/chatUpdated``).",
-    "PartialSessionSummary": "Changed fields of a ``SessionSummary`` (``root/sessionSummaryChanged``).",
 }
 
 # Field types the schemas cannot express: JSON Schema documents are open
@@ -701,6 +699,8 @@ class Gen:
             if name in emitted or name in self.unions:
                 continue
             schema = self.defs.get(name) or self.inline_defs[name]
+            if name in INLINE_DOCS:  # the field's description would say what holds it
+                schema = {**schema, "description": INLINE_DOCS[name]}
             if "oneOf" in schema:
                 raise ValueError(f"untreated union {name}")
             mod = self.module[name]

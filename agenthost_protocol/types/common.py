@@ -279,15 +279,13 @@ class FileEditDiff:
 
 @frozen(kw_only=True)
 class FileEditList:
-    """File edits that this tool call will perform, for preview before confirmation"""
+    """File edits, wrapped in ``{items}`` on the wire for forward compatibility."""
     items: tuple[FileEdit, ...]
 
 
 @frozen(kw_only=True)
 class FileEditSide:
-    """The file state before the edit. Absent for file creations or for in-place file
-    edits.
-    """
+    """One side (before or after) of a file edit: where, and its content."""
     uri: URI
     content: ContentRef
 

@@ -60,11 +60,11 @@ class ResourceChange:
 
 @frozen(kw_only=True)
 class PathPatternList:
-    """Optional glob patterns or paths relative to `root` to exclude from change reporting."""
+    """Glob patterns or relative paths, wrapped in ``{items}`` on the wire."""
     items: tuple[str, ...]
 
 
 @frozen(kw_only=True)
 class ResourceChangeList:
-    """The set of changes in this batch, wrapped for forward compatibility."""
+    """A batch of resource changes, wrapped in ``{items}`` on the wire."""
     items: tuple[ResourceChange, ...]

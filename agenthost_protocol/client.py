@@ -35,7 +35,7 @@ import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from enum import Enum
 from types import MappingProxyType
-from typing import Any, Final, TypeAlias
+from typing import Any, Final, Generic, TypeAlias, TypeVar, cast, overload
 
 from attrs import field, frozen
 
@@ -53,7 +53,9 @@ from .methods import (
     METHODS,
     CommandResult,
     Direction,
+    Method,
     ServerRequestParams,
+    ServerRequestResult,
     request_method,
 )
 from .reconciler import ClientReconciler, Received, ReconnectOutcome
@@ -111,7 +113,11 @@ __all__ = [
     "ResponseReceived",
     "ServerRequestParams",
     "ServerRequestReceived",
+    "TypedServerRequest",
 ]
+
+P = TypeVar("P")
+R = TypeVar("R")
 
 ERROR_DATA_TYPES: Final[Mapping[int, type]] = MappingProxyType({
     AhpErrorCode.UNSUPPORTED_PROTOCOL_VERSION: UnsupportedProtocolVersionErrorData,
@@ -195,6 +201,14 @@ class ResponseReceived:
     """The params the request was sent with."""
     result: RequestResult
 
+    def result_for(self, method: Method[P, R]) -> R:
+        """``result`` typed as ``method``'s (``methods.LIST_SESSIONS`` ...); raises
+        :class:`~agenthost_protocol.errors.LocalProtocolError` if this is the
+        answer to another method."""
+        if method.name != self.method:
+            raise LocalProtocolError(f"this answers {self.method!r}, not {method.name!r}")
+        return method.check_result(self.result)
+
 
 @frozen(kw_only=True)
 class RequestFailed:
@@ -239,7 +253,36 @@ class ServerRequestReceived:
     id: int | str
     method: str
     params: ServerRequestParams
-    responder: Responder = field(repr=False, eq=False)
+    responder: Responder[ServerRequestResult] = field(repr=False, eq=False)
+
+    def narrow(self, method: Method[P, R]) -> TypedServerRequest[P, R] | None:
+        """This request typed as ``method``'s, or ``None`` if it is another method's::
+
+            if (request := event.narrow(methods.RESOURCE_READ)) is not None:
+                send(request.respond(ResourceReadResult(...)))  # checked statically
+        """
+        if method.name != self.method or not isinstance(self.params, method.params):
+            return None
+        return TypedServerRequest(id=self.id, method=method, params=self.params,
+                                  responder=cast("Responder[R]", self.responder))
+
+
+@frozen(kw_only=True)
+class TypedServerRequest(Generic[P, R]):
+    """A :class:`ServerRequestReceived` narrowed to one method."""
+
+    id: int | str
+    method: Method[P, R]
+    params: P
+    responder: Responder[R] = field(repr=False, eq=False)
+
+    def respond(self, result: R) -> bytes:
+        """The success response to send (see :meth:`Responder.respond`)."""
+        return self.responder.respond(result)
+
+    def error(self, code: int, message: str, data: object = None) -> bytes:
+        """The error response to send (see :meth:`Responder.error`)."""
+        return self.responder.error(code, message, data)
 
 
 @frozen(kw_only=True)
@@ -277,7 +320,7 @@ Event: TypeAlias = (
 :meth:`ClientConnection.connection_lost` return."""
 
 
-class Responder:
+class Responder(Generic[R]):
     """Answers one request from the host; each method returns the bytes to send."""
 
     __slots__ = ("_conn", "_id", "_method")
@@ -295,21 +338,13 @@ class Responder:
     def method(self) -> str:
         return self._method
 
-    def respond(self, result: object) -> bytes:
+    def respond(self, result: R) -> bytes:
         """The success response.  ``result`` must be of the method's result class.
 
         Raises :class:`LocalProtocolError` if it is not, or if the request was
         already answered or died with its connection.
         """
-        expected = METHODS[self._method].result
-        if expected is None:
-            if result is not None:
-                raise LocalProtocolError(f"{self._method!r} answers with a null result")
-        elif not isinstance(result, expected):
-            raise LocalProtocolError(
-                f"{self._method!r} answers with a {expected.__name__}, "
-                f"not a {type(result).__name__}"
-            )
+        METHODS[self._method].check_result(result)
         self._conn._take_server_request(self._id)
         return _encode(JsonRpcSuccessResponse(id=self._id, result=result))
 
@@ -528,27 +563,32 @@ class ClientConnection:
         params = self.reconciler.dispatch(channel, action)
         return _encode(JsonRpcNotification(method="dispatchAction", params=params))
 
-    def request(self, method: str, params: object) -> tuple[int, bytes]:
+    @overload
+    def request(self, method: Method[P, R], params: P) -> tuple[int, bytes]: ...
+    @overload
+    def request(self, method: str, params: object) -> tuple[int, bytes]: ...
+    def request(self, method: Method[P, R] | str, params: object) -> tuple[int, bytes]:
         """Any other client-to-server request: its id and the bytes to send.
 
-        ``params`` must be the method's params class (``methods.METHODS``).
-        ``initialize``, ``reconnect`` and ``subscribe`` have methods of their own.
+        ``method`` is a :mod:`~agenthost_protocol.methods` constant
+        (``methods.LIST_SESSIONS`` ...: ``params`` is then checked statically,
+        and :meth:`ResponseReceived.result_for` types the answer) or a method
+        name.  ``params`` must be the method's params class.  ``initialize``,
+        ``reconnect`` and ``subscribe`` have methods of their own.
         """
-        if method in _DEDICATED:
-            raise LocalProtocolError(f"use ClientConnection.{method}() for {method!r}")
-        info = request_method(method, Direction.CLIENT_TO_SERVER)
+        name = method if isinstance(method, str) else method.name
+        if name in _DEDICATED:
+            raise LocalProtocolError(f"use ClientConnection.{name}() for {name!r}")
+        info = request_method(name, Direction.CLIENT_TO_SERVER)
         if info is None:
-            raise LocalProtocolError(f"{method!r} is not a client-to-server request")
-        if method == "ping":
+            raise LocalProtocolError(f"{name!r} is not a client-to-server request")
+        if name == "ping":
             self._require_not_closed()
         else:
             self._require(ClientState.OPEN)
-        if not isinstance(params, info.params):
-            raise LocalProtocolError(
-                f"{method!r} takes {info.params.__name__}, not {type(params).__name__}"
-            )
+        info.check_params(params)
         request_id = self._next_id
-        return request_id, self._send_request(method, params)
+        return request_id, self._send_request(name, params)
 
     def reconnect(self) -> bytes:
         """The ``reconnect`` request for a new transport, built from the reconciler.
@@ -697,7 +737,7 @@ class ClientConnection:
         self._server_requests.add(message.id)
         return [ServerRequestReceived(
             id=message.id, method=message.method, params=message.params,
-            responder=Responder(self, message.id, message.method),
+            responder=Responder[ServerRequestResult](self, message.id, message.method),
         )]
 
     def _on_notification(self, message: JsonRpcNotification[Any]) -> list[Event]:

@@ -57,7 +57,7 @@ from .errors import (
     ParseError,
     ProtocolError,
 )
-from .methods import METHODS, MessageKind
+from .methods import METHODS, AnyMessage, MessageKind
 from .types._tags import ACTION_CLASSES, TAGGED_UNIONS
 from .types._text import TextBuffer
 
@@ -855,7 +855,7 @@ def parse_message(
     data: bytes | bytearray | memoryview | str | Mapping[str, Any],
     *,
     result_method: Callable[[Any], str | None] | Mapping[Any, str] | None = None,
-) -> t.JsonRpcMessage:
+) -> AnyMessage:
     """Decode a whole JSON-RPC message, typing its params (and result) by method.
 
     ``data`` is JSON text (``bytes`` or ``str``) or an already parsed object.

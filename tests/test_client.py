@@ -419,7 +419,7 @@ def test_server_requests_are_answered_through_the_responder() -> None:
     assert isinstance(event, ServerRequestReceived)
     assert event.params == ResourceReadParams(uri="virtual://c1/a.txt")
     with pytest.raises(LocalProtocolError):
-        event.responder.respond(ListSessionsResult(items=()))  # not the method's result
+        event.responder.respond(ListSessionsResult(items=()))  # type: ignore[arg-type]  # wrong method
     answer = sent(event.responder.respond(ResourceReadResult(data="hi", encoding="utf-8")))
     assert answer == {"jsonrpc": "2.0", "id": 7,
                       "result": {"data": "hi", "encoding": "utf-8"}}

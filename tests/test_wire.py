@@ -310,6 +310,8 @@ def test_ten_megabyte_message() -> None:
         json.dumps(_envelope_message(action={"type": "session/titleChanged", "title": text}))
     )
     assert isinstance(msg, t.JsonRpcNotification)
+    assert isinstance(msg.params, t.ActionEnvelope)
+    assert isinstance(msg.params.action, t.SessionTitleChangedAction)
     assert msg.params.action.title == text
     with pytest.raises(ParseError):
         wire.parse_message("[" * (10 * 1024 * 1024))
@@ -508,7 +510,7 @@ def test_request_unions_match_the_method_table() -> None:
     def members(alias: object) -> set[object]:
         return set(typing.get_args(alias))
 
-    def of(direction: m.Direction) -> list[m.Method]:
+    def of(direction: m.Direction) -> list[m.Method[object, object]]:
         return [info for info in METHODS.values()
                 if m.request_method(info.name, direction) is not None]
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from .connection import ConnectionState, HostConnection
 from .core import Host, ProtocolNotificationParams
 from .events import (
+    ClientActionApplied,
     ClientRequestParams,
     ClientRequestResult,
     ConnectionClosed,
@@ -23,11 +24,13 @@ from .events import (
     ResponseReceived,
     ServerRequestParams,
     ServerRequestResult,
+    TypedRequest,
 )
 from .replay import ReplayBuffer, ReplayEntry
 from .validation import ValidationContext, validate
 
 __all__ = [
+    "ClientActionApplied",
     "ClientRequestParams",
     "ClientRequestResult",
     "ConnectionClosed",
@@ -47,6 +50,7 @@ __all__ = [
     "ResponseReceived",
     "ServerRequestParams",
     "ServerRequestResult",
+    "TypedRequest",
     "ValidationContext",
     "validate",
 ]

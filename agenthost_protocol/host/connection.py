@@ -11,18 +11,21 @@ from __future__ import annotations
 
 import json
 from enum import Enum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar, overload
 
 from .. import types as t
 from .. import wire
 from ..errors import LocalProtocolError
-from ..methods import Direction, request_method
+from ..methods import Direction, Method, request_method
 from .events import ErrorData, ServerRequestParams
 
 if TYPE_CHECKING:
     from .core import Host
 
 __all__ = ["ConnectionState", "HostConnection"]
+
+P = TypeVar("P")
+R = TypeVar("R")
 
 
 class ConnectionState(str, Enum):
@@ -86,24 +89,30 @@ class HostConnection:
         out, self._outbox = self._outbox, []
         return out
 
-    def send_request(self, method: str, params: ServerRequestParams) -> int:
+    @overload
+    def send_request(self, method: Method[P, R], params: P) -> int: ...
+    @overload
+    def send_request(self, method: str, params: ServerRequestParams) -> int: ...
+    def send_request(self, method: Method[P, R] | str, params: object) -> int:
         """Send a server-to-client request (``resource*``, ``createResourceWatch``).
 
-        Returns the request id; the answer comes back as a
-        :class:`~agenthost_protocol.host.ResponseReceived` or
-        :class:`~agenthost_protocol.host.ErrorReceived` event.
+        ``method`` is a :mod:`~agenthost_protocol.methods` constant (then
+        ``params`` is checked statically too) or a method name.  Returns the
+        request id; the answer comes back as a
+        :class:`~agenthost_protocol.host.ResponseReceived` (see its
+        ``result_for``) or :class:`~agenthost_protocol.host.ErrorReceived` event.
         """
-        info = request_method(method, Direction.SERVER_TO_CLIENT)
+        name = method if isinstance(method, str) else method.name
+        info = request_method(name, Direction.SERVER_TO_CLIENT)
         if info is None:
-            raise LocalProtocolError(f"{method!r} is not a server-to-client request")
-        if not isinstance(params, info.params):
-            raise LocalProtocolError(f"{method} takes {info.params.__name__}")
+            raise LocalProtocolError(f"{name!r} is not a server-to-client request")
+        info.check_params(params)
         if self.state is not ConnectionState.OPEN:
             raise LocalProtocolError(f"connection is {self.state.value}")
         self._next_id += 1
         request_id = self._next_id
-        self._pending[request_id] = method
-        msg = t.JsonRpcRequest(id=request_id, method=method, params=params)
+        self._pending[request_id] = name
+        msg = t.JsonRpcRequest(id=request_id, method=name, params=params)
         self._outbox.append(wire.dumps(msg).encode("utf-8"))
         return request_id
 

@@ -44,7 +44,9 @@ from ..versions import (
 from . import sessions
 from .connection import ConnectionState, HostConnection
 from .events import (
+    ClientActionApplied,
     ClientRequestParams,
+    ClientRequestResult,
     ConnectionClosed,
     ErrorReceived,
     Event,
@@ -53,6 +55,7 @@ from .events import (
     RequestReceived,
     Responder,
     ResponseReceived,
+    ServerRequestResult,
 )
 from .replay import ReplayBuffer
 from .validation import ValidationContext, check_chat_source, validate
@@ -359,8 +362,10 @@ class Host:
             case t.JsonRpcSuccessResponse(id=int() as request_id, result=result):
                 asked = conn._pending.pop(request_id, None)
                 if asked is not None:
+                    # parse_message typed the result by the method we asked
+                    typed = cast(ServerRequestResult, result)
                     self._events.append(ResponseReceived(
-                        connection=conn, request_id=request_id, method=asked, result=result
+                        connection=conn, request_id=request_id, method=asked, result=typed
                     ))
             case t.JsonRpcErrorResponse(id=int() as request_id, error=error):
                 asked = conn._pending.pop(request_id, None)
@@ -398,7 +403,9 @@ class Host:
         elif isinstance(params, t.SubscribeParams):
             self._subscribe(conn, request_id, params)
         else:
-            responder = Responder(conn, request_id, method)
+            responder: Responder[ClientRequestResult | None] = Responder(
+                conn, request_id, method
+            )
             self._events.append(RequestReceived(
                 connection=conn, request_id=request_id, method=method,
                 # parse_message typed the params by method; every method left
@@ -539,7 +546,10 @@ class Host:
         if reason is not None:
             self._sequence(params.channel, params.action, origin, reason, conn)
         else:
-            self._apply(params.channel, state, params.action, origin)
+            envelope = self._apply(params.channel, state, params.action, origin)
+            # the embedder's agent reacts to client actions (a turn started, a
+            # tool call confirmed) after they are applied, in sequence order
+            self._events.append(ClientActionApplied(connection=conn, envelope=envelope))
 
     def _session_of(self, uri: str, state: t.SnapshotState) -> t.SessionState | None:
         if isinstance(state, t.SessionState):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING, Generic, TypeAlias, TypeVar, cast
 
 from attrs import field, frozen
 
@@ -21,6 +21,7 @@ from ..methods import (
     METHODS,
     CommandParams,
     CommandResult,
+    Method,
     ServerRequestParams,
     ServerRequestResult,
 )
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
     from .connection import HostConnection
 
 __all__ = [
+    "ClientActionApplied",
     "ClientRequestParams",
     "ClientRequestResult",
     "ConnectionClosed",
@@ -49,7 +51,11 @@ __all__ = [
     "ResponseReceived",
     "ServerRequestParams",
     "ServerRequestResult",
+    "TypedRequest",
 ]
+
+P = TypeVar("P")
+R = TypeVar("R")
 
 ClientRequestParams: TypeAlias = CommandParams
 """The params of every command the core leaves to the embedder."""
@@ -70,13 +76,15 @@ _DATA_OF_CODE: Mapping[int, type] = MappingProxyType({
 _CODES = frozenset(int(c) for c in (*JsonRpcErrorCode, *AhpErrorCode))
 
 
-class Responder:
+class Responder(Generic[R]):
     """Answers one request of one connection, once.
 
     Made by the host; the embedder calls :meth:`respond` or :meth:`error`.
     Answering twice, a result of the wrong type, an error code AHP does not
     define or ``data`` of the wrong type for the code raise
-    :class:`~agenthost_protocol.errors.LocalProtocolError`.
+    :class:`~agenthost_protocol.errors.LocalProtocolError`.  ``R`` is the
+    result type: a union for a :class:`RequestReceived`'s responder, the
+    method's own result class once narrowed (:meth:`RequestReceived.narrow`).
     """
 
     __slots__ = ("_answered", "_connection", "method", "request_id")
@@ -97,16 +105,9 @@ class Responder:
             raise LocalProtocolError(f"request {self.request_id!r} was already answered")
         self._answered = True
 
-    def respond(self, result: ClientRequestResult | None = None) -> None:
+    def respond(self, result: R) -> None:
         """Answer with ``result``: the method's result class, or ``None`` for a ``null`` result."""
-        expected = METHODS[self.method].result
-        if expected is None:
-            if result is not None:
-                raise LocalProtocolError(f"{self.method} answers null, not {result!r}")
-        elif not isinstance(result, expected):
-            raise LocalProtocolError(
-                f"{self.method} answers {expected.__name__}, not {type(result).__name__}"
-            )
+        METHODS[self.method].check_result(result)
         self._claim()
         self._connection._send_result(self.request_id, result)
 
@@ -129,13 +130,49 @@ class Responder:
 
 @frozen(kw_only=True)
 class RequestReceived:
-    """A command the core does not answer itself; answer it through ``responder``."""
+    """A command the core does not answer itself; answer it through ``responder``.
+
+    ``params`` and the responder are typed by unions; :meth:`narrow` types
+    them by one method::
+
+        if (request := event.narrow(methods.LIST_SESSIONS)) is not None:
+            request.respond(ListSessionsResult(items=...))  # checked statically
+    """
 
     connection: HostConnection = field(eq=False)
     request_id: t.JsonRpcId
     method: str
     params: ClientRequestParams = field(eq=False)
-    responder: Responder = field(eq=False)
+    responder: Responder[ClientRequestResult | None] = field(eq=False)
+
+    def narrow(self, method: Method[P, R]) -> TypedRequest[P, R] | None:
+        """This request typed as ``method``'s, or ``None`` if it is another method's."""
+        if method.name != self.method or not isinstance(self.params, method.params):
+            return None
+        return TypedRequest(
+            connection=self.connection, request_id=self.request_id, method=method,
+            params=self.params, responder=cast("Responder[R]", self.responder),
+        )
+
+
+@frozen(kw_only=True)
+class TypedRequest(Generic[P, R]):
+    """A :class:`RequestReceived` narrowed to one method: ``params`` is ``P``
+    and :meth:`respond` takes ``R`` (``None`` for a ``null`` result)."""
+
+    connection: HostConnection = field(eq=False)
+    request_id: t.JsonRpcId
+    method: Method[P, R]
+    params: P = field(eq=False)
+    responder: Responder[R] = field(eq=False, repr=False)
+
+    def respond(self, result: R) -> None:
+        """Answer with ``result`` (see :meth:`Responder.respond`)."""
+        self.responder.respond(result)
+
+    def error(self, code: int, message: str, *, data: ErrorData | None = None) -> None:
+        """Answer with an error (see :meth:`Responder.error`)."""
+        self.responder.error(code, message, data=data)
 
 
 @frozen(kw_only=True)
@@ -167,6 +204,14 @@ class ResponseReceived:
     method: str
     result: ServerRequestResult = field(eq=False)
 
+    def result_for(self, method: Method[P, R]) -> R:
+        """``result`` typed as ``method``'s; raises
+        :class:`~agenthost_protocol.errors.LocalProtocolError` if this is the
+        answer to another method."""
+        if method.name != self.method:
+            raise LocalProtocolError(f"this answers {self.method!r}, not {method.name!r}")
+        return method.check_result(self.result)
+
 
 @frozen(kw_only=True)
 class ErrorReceived:
@@ -176,6 +221,20 @@ class ErrorReceived:
     request_id: int
     method: str
     error: t.JsonRpcError
+
+
+@frozen(kw_only=True)
+class ClientActionApplied:
+    """A client's action passed validation and was applied and sequenced.
+
+    The agent side reacts here (``chat/turnStarted`` starts a turn,
+    ``chat/toolCallConfirmed`` resumes a tool call ...); ``envelope`` is what
+    the subscribers received, with its ``origin`` and ``serverSeq``.
+    Rejected actions raise no event: the host's state did not change.
+    """
+
+    connection: HostConnection = field(eq=False)
+    envelope: t.ActionEnvelope
 
 
 @frozen(kw_only=True)
@@ -192,6 +251,7 @@ Event: TypeAlias = (
     | Reconnected
     | ResponseReceived
     | ErrorReceived
+    | ClientActionApplied
     | ConnectionClosed
 )
 """Everything ``host.next_event()`` returns."""

@@ -616,7 +616,7 @@ _REQUEST_IDS: SearchStrategy[int | str] = st.one_of(_INTS, _TEXT)
 
 
 @functools.cache
-def _method_messages(info: Method, max_depth: int) -> SearchStrategy[Any]:
+def _method_messages(info: Method[object, object], max_depth: int) -> SearchStrategy[Any]:
     params = _strategy(info.params, 1, max_depth)
     if info.kind is MessageKind.NOTIFICATION:
         return st.builds(t.JsonRpcNotification, method=st.just(info.name), params=params)

@@ -57,6 +57,7 @@ def decode_and_reduce(lines: list[bytes], turns: int, now: Callable[[], float]) 
     for line in lines:
         message = parse(line)
         assert isinstance(message, JsonRpcNotification)
+        assert isinstance(message.params, ActionEnvelope)
         state = reducer(state, message.params.action, now=clock)
     elapsed = now() - start
     check_final(state, turns)
@@ -85,6 +86,7 @@ def main() -> None:
     for line, action in zip(lines[:300], actions[:300], strict=True):
         message = wire.parse_message(line)
         assert isinstance(message, JsonRpcNotification)
+        assert isinstance(message.params, ActionEnvelope)
         assert message.params.action == action
     del actions  # keep only the lines alive: a large live heap slows every full GC pass
     count = len(lines)

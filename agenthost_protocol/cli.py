@@ -11,12 +11,18 @@
   shape of the protocol version, then list the wire differences of every
   older supported version, type by type; exit status 1 only when the model
   breaks the frozen shape (:mod:`agenthost_protocol.compat`).
+* ``agenthost-protocol serve [--host H] [--port P] [--stdio] ...``: a real AHP
+  0.7.0 host with the built-in demo agent, on WebSocket (the ``ws`` extra)
+  or on stdin/stdout as JSON Lines; first line ``serving ws://HOST:PORT``;
+  exit status 0 after SIGINT/SIGTERM, 1 when it cannot start
+  (``docs/serve.md``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from collections.abc import Callable, Sequence
 from typing import IO, Any
@@ -124,12 +130,77 @@ def _reduce(_: argparse.Namespace, inp: IO[bytes], out: IO[bytes]) -> int:
     return 0
 
 
+_LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive integer")
+    return value
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not value >= 0:  # NaN too
+        raise argparse.ArgumentTypeError(f"{text} is not a number of seconds")
+    return value
+
+
+def _add_serve(sub: Any) -> None:
+    serve = sub.add_parser(
+        "serve",
+        help="run an AHP 0.7.0 host with the built-in demo agent (WebSocket or stdio)",
+        description="Run a real AHP 0.7.0 host with a built-in deterministic demo agent: "
+        "any conforming client can create sessions, start turns and confirm or deny its "
+        "tool call. Prints 'serving ws://HOST:PORT' first; logs go to stderr. SIGINT or "
+        "SIGTERM closes every connection and exits 0. See docs/serve.md.",
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on "
+                       "(default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8765,
+                       help="TCP port (default 8765; 0: any free port, printed)")
+    serve.add_argument("--stdio", action="store_true",
+                       help="serve one connection on stdin/stdout as JSON Lines instead")
+    serve.add_argument("--log-level", choices=_LOG_LEVELS, default="info",
+                       help="logging level on stderr (default info)")
+    serve.add_argument("--max-message-size", type=_positive_int, default=16 * 1024 * 1024,
+                       metavar="BYTES", help="largest message accepted (default 16 MiB); "
+                       "a larger one closes that connection")
+    serve.add_argument("--step-delay", type=_seconds, default=0.05, metavar="SECONDS",
+                       help="pause between two steps of a demo turn (default 0.05)")
+    serve.add_argument("--replay-window", type=_positive_int, default=10_000,
+                       metavar="ENVELOPES", help="actions kept for reconnect replays "
+                       "(default 10000; older gaps are answered with snapshots)")
+
+
+def _serve(args: argparse.Namespace) -> int:
+    # imported here: the pure commands never load asyncio or the transports
+    from .aio.serve import ServeOptions, run  # noqa: PLC0415
+    from .aio.server import ServerLimits  # noqa: PLC0415
+
+    logging.basicConfig(
+        level=getattr(logging, args.log_level.upper()),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    options = ServeOptions(
+        host=args.host,
+        port=args.port,
+        stdio=args.stdio,
+        step_delay=args.step_delay,
+        replay_window=args.replay_window,
+        limits=ServerLimits(max_message_size=args.max_message_size),
+    )
+    return run(options)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``agenthost-protocol`` command."""
     parser = argparse.ArgumentParser(
         prog="agenthost-protocol",
         description="Agent Host Protocol tools: conformance runner, batch reducer, "
-        "wire-shape check.",
+        "wire-shape check, a demo host.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -154,7 +225,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "version, then list the wire differences of every older supported version, type by "
         "type (see docs/versioning.md). Exit status 1 only if the model breaks the shape.",
     )
+    _add_serve(sub)
     args = parser.parse_args(argv)
+    if args.command == "serve":
+        return _serve(args)
     if args.command == "conformance":
         return _conformance(args, sys.stdout, sys.stderr)
     if args.command == "compat":

@@ -1,0 +1,27 @@
+"""Agents that drive a :class:`~agenthost_protocol.host.Host`, sans-I/O.
+
+* :mod:`agenthost_protocol.agents.demo`: the deterministic demo agent of
+  ``agenthost-protocol serve`` (see ``docs/serve.md``).
+"""
+
+from __future__ import annotations
+
+from .demo import (
+    DEMO_MODEL,
+    DEMO_PROVIDER,
+    DemoAgent,
+    TurnPhase,
+    TurnRun,
+    demo_agent_info,
+    demo_root_state,
+)
+
+__all__ = [
+    "DEMO_MODEL",
+    "DEMO_PROVIDER",
+    "DemoAgent",
+    "TurnPhase",
+    "TurnRun",
+    "demo_agent_info",
+    "demo_root_state",
+]

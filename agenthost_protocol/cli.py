@@ -16,6 +16,10 @@
   or on stdin/stdout as JSON Lines; first line ``serving ws://HOST:PORT``;
   exit status 0 after SIGINT/SIGTERM, 1 when it cannot start
   (``docs/serve.md``).
+* ``agenthost-protocol chat URL MESSAGE [--yes] [--stdio] [--timeout S]``: one turn
+  with an AHP host: creates a session, sends MESSAGE, streams the reply, asks y/n
+  for tool calls (or --yes); exit 0 when the turn ends, 1 turn failed or host
+  error, 3 cannot connect, 4 version mismatch, 5 timeout (``docs/client.md``).
 """
 
 from __future__ import annotations
@@ -147,6 +151,13 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _positive_seconds(text: str) -> float:
+    value = _seconds(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("a timeout of 0 seconds would time out at once")
+    return value
+
+
 def _add_serve(sub: Any) -> None:
     serve = sub.add_parser(
         "serve",
@@ -195,12 +206,48 @@ def _serve(args: argparse.Namespace) -> int:
     return run(options)
 
 
+def _add_chat(sub: Any) -> None:
+    chat = sub.add_parser(
+        "chat",
+        help="send one message to an AHP host and stream the reply (WebSocket or stdio)",
+        description="Connect to an AHP host, create a session, send MESSAGE as a new turn, "
+        "print the reply as it streams (reasoning and tool calls on stderr), ask y/n for "
+        "each tool call awaiting confirmation (or approve them all with --yes), and exit "
+        "when the turn ends. Exit status: 0 the turn ended, 1 it failed or the host refused, "
+        "2 usage, 3 cannot connect, 4 protocol version mismatch, 5 timeout. "
+        "See docs/client.md.",
+    )
+    chat.add_argument("target", metavar="URL",
+                      help="the host's ws:// or wss:// URL (with --stdio: a command to run)")
+    chat.add_argument("message", metavar="MESSAGE", help="the message to send")
+    chat.add_argument("-y", "--yes", action="store_true",
+                      help="approve every tool call without asking")
+    chat.add_argument("--stdio", action="store_true",
+                      help="URL is a command line: spawn it and speak JSON Lines on its "
+                      "stdin/stdout (e.g. \"agenthost-protocol serve --stdio\")")
+    chat.add_argument("--timeout", type=_positive_seconds, default=30.0, metavar="SECONDS",
+                      help="give up when the host says nothing for this long (default 30)")
+    chat.add_argument("--provider", default=None,
+                      help="the agent provider (default: the host's first agent)")
+    chat.add_argument("--no-reasoning", action="store_true",
+                      help="do not print the agent's reasoning (on stderr)")
+    chat.add_argument("--log-level", choices=_LOG_LEVELS, default="warning",
+                      help="logging level on stderr (default warning)")
+
+
+def _chat(args: argparse.Namespace) -> int:
+    # imported here: the pure commands never load asyncio or the transports
+    from .aio.chat import run_from_args  # noqa: PLC0415
+
+    return run_from_args(args)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``agenthost-protocol`` command."""
     parser = argparse.ArgumentParser(
         prog="agenthost-protocol",
         description="Agent Host Protocol tools: conformance runner, batch reducer, "
-        "wire-shape check, a demo host.",
+        "wire-shape check, a demo host, a chat client.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -226,9 +273,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "type (see docs/versioning.md). Exit status 1 only if the model breaks the shape.",
     )
     _add_serve(sub)
+    _add_chat(sub)
     args = parser.parse_args(argv)
     if args.command == "serve":
         return _serve(args)
+    if args.command == "chat":
+        return _chat(args)
     if args.command == "conformance":
         return _conformance(args, sys.stdout, sys.stderr)
     if args.command == "compat":

@@ -1,41 +1,62 @@
-"""asyncio transports for the sans-I/O host: WebSocket (extra ``ws``) and JSON Lines.
+"""The asyncio layer: transports for the sans-I/O host and client (optional).
 
-The pure package never imports this one.  The adapters only move bytes
-between a transport and :class:`~agenthost_protocol.host.Host`: everything
-the protocol decides stays in the host core.  See ``docs/serve.md``.
+The pure package never imports this one, and this one imports its modules
+only when one of their names is first used, so ``agenthost-protocol chat``
+does not load the host and ``serve`` does not load the client.  The adapters
+only move bytes between a transport and the sans-I/O objects: everything the
+protocol decides stays in :mod:`agenthost_protocol.host` and
+:mod:`agenthost_protocol.client`.  See ``docs/serve.md`` and ``docs/client.md``.
 
 * :class:`HostServer`: a host, its event handler and its connections, with
   per-connection limits (:class:`ServerLimits`);
 * :func:`serve_websocket` / :class:`WebSocketServer`: WebSocket, one
-  JSON-RPC message per text frame (imports ``websockets``, on first use);
+  JSON-RPC message per text frame (imports ``websockets``, extra ``ws``);
 * :func:`serve_stdio`, :func:`serve_streams`: JSON Lines on stdin/stdout or
   any reader/writer pair;
-* :class:`DemoPacer`: the demo agent's turns played on the event loop.
+* :class:`DemoPacer`: the demo agent's turns played on the event loop;
+* :class:`AsyncClient`, :func:`connect`, :func:`connect_stdio`: the asyncio
+  client (typed awaitable requests, events, a reconnect supervisor).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-from .demo import DemoPacer
-from .server import (
-    DEFAULT_MAX_MESSAGE_SIZE,
-    CloseReason,
-    EndOfStream,
-    EventHandler,
-    HostServer,
-    MessageRefused,
-    MessageStream,
-    ServerLimits,
-)
-from .stdio import LineStream, serve_stdio, serve_streams
+import importlib
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from ._limits import DEFAULT_MAX_MESSAGE_SIZE
+    from .client import (
+        AsyncClient,
+        ClientError,
+        ConnectError,
+        ConnectionClosedError,
+        ReconnectPolicy,
+        RequestError,
+        RequestTimeout,
+        VersionMismatch,
+        connect,
+        connect_stdio,
+    )
+    from .demo import DemoPacer
+    from .server import (
+        CloseReason,
+        EndOfStream,
+        EventHandler,
+        HostServer,
+        MessageRefused,
+        MessageStream,
+        ServerLimits,
+    )
+    from .stdio import LineStream, serve_stdio, serve_streams
     from .websocket import WebSocketServer, WebSocketStream, serve_websocket
 
 __all__ = [
     "DEFAULT_MAX_MESSAGE_SIZE",
+    "AsyncClient",
+    "ClientError",
     "CloseReason",
+    "ConnectError",
+    "ConnectionClosedError",
     "DemoPacer",
     "EndOfStream",
     "EventHandler",
@@ -43,21 +64,47 @@ __all__ = [
     "LineStream",
     "MessageRefused",
     "MessageStream",
+    "ReconnectPolicy",
+    "RequestError",
+    "RequestTimeout",
     "ServerLimits",
+    "VersionMismatch",
     "WebSocketServer",
     "WebSocketStream",
+    "connect",
+    "connect_stdio",
     "serve_stdio",
     "serve_streams",
     "serve_websocket",
 ]
 
-_WEBSOCKET_NAMES = frozenset({"WebSocketServer", "WebSocketStream", "serve_websocket"})
+_MODULE_OF = {
+    "DEFAULT_MAX_MESSAGE_SIZE": "._limits",
+    **dict.fromkeys(
+        ("AsyncClient", "ClientError", "ConnectError", "ConnectionClosedError",
+         "ReconnectPolicy", "RequestError", "RequestTimeout", "VersionMismatch",
+         "connect", "connect_stdio"),
+        ".client",
+    ),
+    "DemoPacer": ".demo",
+    **dict.fromkeys(
+        ("CloseReason", "EndOfStream", "EventHandler", "HostServer", "MessageRefused",
+         "MessageStream", "ServerLimits"),
+        ".server",
+    ),
+    **dict.fromkeys(("LineStream", "serve_stdio", "serve_streams"), ".stdio"),
+    **dict.fromkeys(("WebSocketServer", "WebSocketStream", "serve_websocket"), ".websocket"),
+}
 
 
-def __getattr__(name: str) -> Any:
-    # websockets is an optional dependency: imported when a WebSocket name is first used
-    if name in _WEBSOCKET_NAMES:
-        from . import websocket  # noqa: PLC0415
+def __getattr__(name: str) -> object:
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value  # looked up once per name
+    return value
 
-        return getattr(websocket, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -33,6 +33,7 @@ from attrs import frozen
 from ..errors import LocalProtocolError
 from ..host import ConnectionClosed, Event, Host, HostConnection, RequestReceived
 from ..types.error_codes import JsonRpcErrorCode
+from ._limits import DEFAULT_MAX_MESSAGE_SIZE
 
 __all__ = [
     "DEFAULT_MAX_MESSAGE_SIZE",
@@ -47,7 +48,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MAX_MESSAGE_SIZE = 16 * 1024 * 1024
 """16 MiB: the default largest message a connection accepts."""
 
 EventHandler: TypeAlias = Callable[[Event], None]

@@ -1,0 +1,183 @@
+"""The exceptions of the asyncio client (:mod:`agenthost_protocol.aio.client`).
+
+Every error the client raises because of the host, the transport or a
+timeout is a :class:`ClientError`.  A call the protocol or the connection's
+state forbids (dispatching to a channel that is not subscribed, params of the
+wrong class ...) raises the sans-I/O layer's
+:class:`~agenthost_protocol.errors.LocalProtocolError` unchanged, as in
+:mod:`agenthost_protocol.client`: that is the caller's mistake, not the
+peer's.
+
+::
+
+    ClientError
+    +-- ConnectError            the transport could not be opened
+    +-- ConnectionClosedError   the connection is gone (before an answer came, or for good)
+    +-- HostProtocolError       the host broke the protocol
+    +-- ClientTimeout           (also a TimeoutError) nothing came in time
+    |   +-- RequestTimeout      ... for one request
+    +-- RequestError            the host answered with a JSON-RPC / AHP error
+    |   +-- VersionMismatch     ... -32005: no offered version is supported
+    +-- ActionRejected          the host rejected a dispatched action
+    +-- ActionDropped           a dispatched action will never be answered
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..reconciler import PendingAction, Rejection
+from ..types import AhpErrorCode, JsonRpcError, UnsupportedProtocolVersionErrorData
+
+__all__ = [
+    "ActionDropped",
+    "ActionRejected",
+    "ClientError",
+    "ClientTimeout",
+    "ConnectError",
+    "ConnectionClosedError",
+    "HostProtocolError",
+    "RequestError",
+    "RequestTimeout",
+    "VersionMismatch",
+]
+
+
+class ClientError(Exception):
+    """Base of the asyncio client's errors."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class ConnectError(ClientError):
+    """The transport could not be opened: connection refused, bad URL, a failed
+    WebSocket handshake, a command that cannot be started, or ``open_timeout``."""
+
+    def __init__(self, target: str, reason: str) -> None:
+        super().__init__(f"cannot connect to {target}: {reason}")
+        self.target = target
+        """The URL or command line."""
+        self.reason = reason
+
+
+class ConnectionClosedError(ClientError):
+    """The connection is gone: a request could not be answered, or the client is closed.
+
+    A request in flight when the transport drops fails with this error even
+    when the reconnect supervisor resumes the connection afterwards: the
+    client never re-sends a request by itself (``createSession`` is not
+    idempotent).
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class HostProtocolError(ClientError):
+    """The host broke the protocol (a malformed answer ...); the transport was dropped."""
+
+
+class ClientTimeout(ClientError, TimeoutError):
+    """Nothing came in time (also a ``TimeoutError``, so ``except TimeoutError`` works)."""
+
+    def __init__(self, message: str, timeout: float) -> None:
+        super().__init__(message)
+        self.timeout = timeout
+        """The time limit, in seconds."""
+
+
+class RequestTimeout(ClientTimeout):
+    """A request got no answer within its timeout.
+
+    The request stays pending in the connection: if the answer comes later it
+    is ignored (a ``subscribe`` answered late still subscribes).
+    """
+
+    def __init__(self, method: str, timeout: float) -> None:
+        super().__init__(f"{method}: no answer from the host within {timeout:g} s", timeout)
+        self.method = method
+
+
+class RequestError(ClientError):
+    """The host answered a request with an error.
+
+    ``code`` is the JSON-RPC or AHP error code (compare with
+    :class:`~agenthost_protocol.types.AhpErrorCode` /
+    :class:`~agenthost_protocol.types.JsonRpcErrorCode`), ``data`` the error's
+    data, typed for the codes of
+    :data:`agenthost_protocol.client.ERROR_DATA_TYPES` (-32005, -32007,
+    -32009), else raw JSON.
+    """
+
+    def __init__(self, method: str, error: JsonRpcError) -> None:
+        super().__init__(f"{method} failed: {error.message} ({error.code})")
+        self.method = method
+        self.error = error
+        self.code: int = error.code
+        self.data: object = error.data
+
+
+class VersionMismatch(RequestError):
+    """The host speaks none of the offered protocol versions (``-32005``).
+
+    The host closes the connection after this answer.
+    :func:`~agenthost_protocol.versions.select_version_from_supported` may
+    find a version both sides know, to offer on a new connection.
+    """
+
+    def __init__(self, method: str, error: JsonRpcError, offered: Sequence[str]) -> None:
+        super().__init__(method, error)
+        data = error.data
+        self.supported_versions: tuple[str, ...] = (
+            tuple(data.supported_versions)
+            if isinstance(data, UnsupportedProtocolVersionErrorData) else ()
+        )
+        """The versions the host speaks (empty if it did not say)."""
+        self.offered: tuple[str, ...] = tuple(offered)
+        """The versions the client offered."""
+        host = ", ".join(self.supported_versions) or "versions it did not list"
+        self.message = (
+            f"protocol version mismatch: the host speaks {host}; this client offered "
+            f"{', '.join(self.offered)}"
+        )
+
+    @staticmethod
+    def matches(error: JsonRpcError) -> bool:
+        return error.code == AhpErrorCode.UNSUPPORTED_PROTOCOL_VERSION
+
+
+class ActionRejected(ClientError):
+    """The host rejected a dispatched action (its envelope carried ``rejectionReason``)."""
+
+    def __init__(self, rejection: Rejection) -> None:
+        super().__init__(f"the host rejected {_action_name(rejection.action)} on "
+                         f"{rejection.channel}: {rejection.reason}")
+        self.rejection = rejection
+
+
+class ActionDropped(ClientError):
+    """A dispatched action will never be answered on this connection.
+
+    A reconnect cleared it unanswered (see
+    :attr:`~agenthost_protocol.reconciler.ReconnectOutcome.dropped`; it can be
+    re-sent with :meth:`AsyncClient.resend_dropped
+    <agenthost_protocol.aio.client.AsyncClient.resend_dropped>`), or its
+    channel was unsubscribed, or the client closed.
+    """
+
+    def __init__(self, action: PendingAction, reason: str) -> None:
+        super().__init__(f"{_action_name(action.action)} on {action.channel} was dropped "
+                         f"unanswered: {reason}")
+        self.action = action
+        self.reason = reason
+
+
+def _action_name(action: object) -> str:
+    kind = getattr(action, "type", None)
+    return str(getattr(kind, "value", kind) or type(action).__name__)

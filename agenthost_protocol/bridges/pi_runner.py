@@ -1,0 +1,457 @@
+"""pi / xcsh agents behind an AHP host, on asyncio: one agent process per AHP session.
+
+:class:`PiAgentRunner` is a :class:`~agenthost_protocol.aio.HostServer`'s
+event handler (it installs itself, as
+:class:`~agenthost_protocol.aio.DemoPacer` does).  pi's RPC mode serves one
+session per process, so each ``createSession`` spawns ``COMMAND ARGS`` (for
+example ``pi --mode rpc --no-session``) with stdin and stdout as pipes, and
+connects it to the new session's one chat through a
+:class:`~agenthost_protocol.bridges.pi.PiBridge`:
+
+* the agent's stdout is read in chunks into the bridge; what it returns is
+  carried out: AHP actions dispatched on the host (then flushed to every
+  connection), frames written to the agent's stdin, in order;
+* when the agent writes nothing for ``idle_tick`` seconds the bridge gets a
+  :meth:`~agenthost_protocol.bridges.pi.PiBridge.tick` (a held error ends,
+  dialog time-outs pass, a prompt that started no run is probed);
+* every client action the host applies on the session or its chat goes to
+  the bridge; the chat's summary is mirrored into the session's catalogue
+  and the session's into ``root/sessionSummaryChanged``;
+* the agent's models (``get_available_models``) go into the root state.
+
+The session is ready once the agent answers ``get_state`` (or xcsh says
+``ready``); an agent that cannot be spawned, or exits or stays silent
+before that, fails the session (``session/creationFailed``).  An agent that
+exits later ends its active turn with ``chat/error``.  :meth:`close` stops
+every process, bounded: stdin closed, then ``terminate``, then ``kill``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import os
+from collections.abc import Coroutine, Iterable, Mapping
+from typing import Any, Final
+from urllib.parse import unquote, urlparse
+
+import attrs
+from attrs import field, frozen
+
+from .. import types as t
+from ..aio.server import HostServer
+from ..channels import ROOT_CHANNEL, ChannelKind, channel_kind
+from ..errors import LocalProtocolError
+from ..host import ClientActionApplied, Event, Host, RequestReceived
+from ..host.sessions import chat_summary
+from ..types.error_codes import AhpErrorCode, JsonRpcErrorCode
+from .pi import PiBridge, PiDialect, PiOutput
+from .pi_frames import encode_frame
+
+__all__ = ["PI_PROVIDER", "PiAgentCommand", "PiAgentRunner", "pi_agent_info", "pi_root_state"]
+
+log = logging.getLogger(__name__)
+
+PI_PROVIDER: Final = "pi"
+"""The default provider id of the pi agent in the root state."""
+
+_READ_CHUNK: Final = 64 * 1024
+
+
+def pi_agent_info(provider: str = PI_PROVIDER, dialect: PiDialect = PiDialect.PI,
+                  models: tuple[t.SessionModelInfo, ...] = ()) -> t.AgentInfo:
+    """The agent as the root state lists it (one chat per session: no fork, no side chats)."""
+    name = "xcsh" if dialect is PiDialect.XCSH else "pi"
+    return t.AgentInfo(provider=provider, display_name=name,
+                       description=f"The {name} coding agent in RPC mode", models=models)
+
+
+def pi_root_state(provider: str = PI_PROVIDER, dialect: PiDialect = PiDialect.PI) -> t.RootState:
+    """The root state of a host that runs the pi agent (models added once it answers)."""
+    return t.RootState(agents=(pi_agent_info(provider, dialect),), active_sessions=0)
+
+
+@frozen(kw_only=True)
+class PiAgentCommand:
+    """How to start an agent: ``command args...``; ``env`` is added to ours."""
+
+    command: str
+    args: tuple[str, ...] = ()
+    cwd: str | None = None
+    """The working directory when the client names none (default: ours)."""
+    env: Mapping[str, str] | None = field(default=None, hash=False)
+    inherit_stderr: bool = True
+    """The agent's stderr goes to ours (else it is discarded: a pipe nobody reads would
+    block a chatty agent)."""
+
+
+def _path(uri: str) -> str | None:
+    parsed = urlparse(uri)
+    if parsed.scheme != "file":
+        return None
+    return unquote(parsed.path) or None
+
+
+def _diff(old: object, new: object, names: Iterable[str]) -> dict[str, Any]:
+    """The fields of ``new`` that differ from ``old`` (absent values cannot be sent)."""
+    return {name: getattr(new, name) for name in names
+            if getattr(new, name) is not None and getattr(new, name) != getattr(old, name)}
+
+
+_CHAT_FIELDS: Final = tuple(f.name for f in attrs.fields(t.PartialChatSummary)
+                            if f.name != "resource")
+_SESSION_FIELDS: Final = tuple(
+    f.name for f in attrs.fields(t.PartialSessionSummary)
+    if f.name not in ("resource", "provider", "created_at")
+    and f.name in attrs.fields_dict(t.SessionSummary))
+
+
+class _Agent:
+    """One agent process and its bridge (one AHP session, one chat)."""
+
+    def __init__(self, bridge: PiBridge, process: asyncio.subprocess.Process) -> None:
+        self.bridge = bridge
+        self.process = process
+        self.outbox: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self.ready = asyncio.Event()
+        self.exited = asyncio.Event()
+        self.tasks: list[asyncio.Task[None]] = []
+
+
+class PiAgentRunner:
+    """Spawns one pi / xcsh process per AHP session of ``server``'s host.
+
+    ``provider`` is the agent's provider id (the host's root should list it:
+    :func:`pi_root_state`).  ``confirm_tools`` is the bridge's option;
+    ``start_timeout`` bounds the wait for the agent's first answer;
+    ``idle_tick`` is the quiet time before the bridge's tick; ``close_timeout``
+    bounds each step of stopping a process.
+    """
+
+    def __init__(
+        self,
+        server: HostServer,
+        agent: PiAgentCommand,
+        *,
+        dialect: PiDialect = PiDialect.PI,
+        provider: str = PI_PROVIDER,
+        confirm_tools: bool = False,
+        start_timeout: float = 30.0,
+        idle_tick: float = 0.5,
+        close_timeout: float = 3.0,
+    ) -> None:
+        self._server = server
+        self._agent = agent
+        self._dialect = dialect
+        self._provider = provider
+        self._confirm_tools = confirm_tools
+        self._start_timeout = start_timeout
+        self._idle_tick = idle_tick
+        self._close_timeout = close_timeout
+        self._agents: dict[str, _Agent] = {}
+        """AHP session and chat URIs -> the agent."""
+        self._announced: dict[str, t.SessionSummary] = {}
+        self._ids = itertools.count(1)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closing = False
+        self._commands = {
+            "createSession": self._create_session,
+            "disposeSession": self._dispose_session,
+            "listSessions": self.host.answer_list_sessions,
+            "createChat": self._one_chat,
+            "disposeChat": self._one_chat,
+            "fetchTurns": self._fetch_turns,
+            "completions": self._completions,
+            "resolveSessionConfig": self._resolve_session_config,
+            "sessionConfigCompletions": self._session_config_completions,
+        }
+        server.handler = self.handle
+
+    @property
+    def host(self) -> Host:
+        return self._server.host
+
+    @property
+    def processes(self) -> tuple[asyncio.subprocess.Process, ...]:
+        """The agent processes still running."""
+        agents = {id(a): a for a in self._agents.values()}.values()
+        return tuple(a.process for a in agents if not a.exited.is_set())
+
+    def bridge(self, channel: str) -> PiBridge | None:
+        """The bridge of an AHP session or chat URI."""
+        agent = self._agents.get(channel)
+        return None if agent is None else agent.bridge
+
+    # -- host events ------------------------------------------------------------------
+
+    def handle(self, event: Event) -> None:
+        """The server's event handler."""
+        if isinstance(event, RequestReceived):
+            command = self._commands.get(event.method)
+            if command is None:
+                event.responder.error(JsonRpcErrorCode.METHOD_NOT_FOUND,
+                                      f"the pi bridge does not support {event.method}")
+            else:
+                command(event)
+        elif isinstance(event, ClientActionApplied):
+            channel = event.envelope.channel
+            agent = self._agents.get(channel)
+            if agent is not None:
+                action = event.envelope.action
+                self._carry(agent, agent.bridge.receive_client_action(channel, action))
+
+    # -- carrying out what a bridge said ---------------------------------------------------
+
+    def _carry(self, agent: _Agent, out: PiOutput) -> None:
+        bridge = agent.bridge
+        chats = False
+        for d in out.actions:
+            if self.host.has_channel(d.channel):
+                self.host.dispatch(d.channel, d.action)
+                chats = chats or d.channel == bridge.chat
+        for command in out.commands:
+            agent.outbox.put_nowait(encode_frame(command))
+        if chats:
+            self._mirror(bridge)
+        self._announce(bridge.session)
+        self._models(bridge)
+        if bridge.ready:
+            agent.ready.set()
+        self._server.flush()
+
+    def _mirror(self, bridge: PiBridge) -> None:
+        """``session/chatUpdated`` with the chat's summary fields the catalogue lacks."""
+        if not (self.host.has_channel(bridge.chat) and self.host.has_channel(bridge.session)):
+            return
+        chat, session = self.host.state(bridge.chat), self.host.state(bridge.session)
+        if not isinstance(chat, t.ChatState) or not isinstance(session, t.SessionState):
+            return
+        entry = next((c for c in session.chats if c.resource == bridge.chat), None)
+        if entry is None:
+            return
+        changes = _diff(entry, chat_summary(chat), _CHAT_FIELDS)
+        if changes:
+            self.host.dispatch(bridge.session, t.SessionChatUpdatedAction(
+                chat=bridge.chat, changes=attrs.evolve(t.PartialChatSummary(), **changes)))
+
+    def _announce(self, session: str) -> None:
+        """``root/sessionSummaryChanged`` with what changed since the last announcement."""
+        old = self._announced.get(session)
+        if old is None or not self.host.has_channel(session):
+            return
+        new = self.host.session_summary(session)
+        changes = _diff(old, new, _SESSION_FIELDS)
+        if changes:
+            self._announced[session] = new
+            self.host.notify("root/sessionSummaryChanged", t.SessionSummaryChangedParams(
+                channel=ROOT_CHANNEL, session=session,
+                changes=attrs.evolve(t.PartialSessionSummary(), **changes)))
+
+    def _models(self, bridge: PiBridge) -> None:
+        root = self.host.state(ROOT_CHANNEL)
+        if not isinstance(root, t.RootState) or not bridge.models:
+            return
+        agents = tuple(attrs.evolve(a, models=bridge.models)
+                       if a.provider == self._provider and a.models != bridge.models else a
+                       for a in root.agents)
+        if agents != root.agents:
+            self.host.dispatch(ROOT_CHANNEL, t.RootAgentsChangedAction(agents=agents))
+
+    # -- the processes -----------------------------------------------------------------------
+
+    def _spawn_task(self, coroutine: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _read(self, agent: _Agent) -> None:
+        stdout = agent.process.stdout
+        assert stdout is not None
+        try:
+            while True:
+                try:
+                    data = await asyncio.wait_for(stdout.read(_READ_CHUNK), self._idle_tick)
+                except asyncio.TimeoutError:
+                    self._carry(agent, agent.bridge.tick())
+                    continue
+                if not data:
+                    break
+                self._carry(agent, agent.bridge.receive_data(data))
+        except (OSError, ValueError) as e:
+            log.warning("pi: reading the agent failed: %s", e)
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(agent.process.wait(), self._close_timeout)
+        code = agent.process.returncode
+        agent.exited.set()
+        agent.outbox.put_nowait(None)
+        reason = f"the agent exited with status {code}" if code is not None else (
+            "the agent closed its output")
+        if not self._closing:
+            log.warning("pi: %s", reason)
+        self._carry(agent, agent.bridge.end_of_output(reason))
+
+    async def _write(self, agent: _Agent) -> None:
+        stdin = agent.process.stdin
+        assert stdin is not None
+        try:
+            while (data := await agent.outbox.get()) is not None:
+                stdin.write(data)
+                await stdin.drain()
+        except (OSError, ConnectionError) as e:
+            log.info("pi: writing to the agent failed: %s", e)
+
+    async def _stop(self, agent: _Agent) -> None:
+        """Stop one process, bounded: EOF on stdin, then SIGTERM, then SIGKILL."""
+        process = agent.process
+        agent.outbox.put_nowait(None)
+        if process.stdin is not None:
+            with contextlib.suppress(OSError, ConnectionError, RuntimeError):
+                process.stdin.close()
+        for step in (None, process.terminate, process.kill):
+            if process.returncode is not None:
+                break
+            if step is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    step()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(process.wait(), self._close_timeout)
+        for task in agent.tasks:
+            task.cancel()
+        await asyncio.gather(*agent.tasks, return_exceptions=True)
+
+    async def close(self) -> None:
+        """Stop every agent process and every task of the runner."""
+        self._closing = True
+        agents = list({id(a): a for a in self._agents.values()}.values())
+        await asyncio.gather(*(self._stop(a) for a in agents), return_exceptions=True)
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    # -- commands ------------------------------------------------------------------------
+
+    def _create_session(self, event: RequestReceived) -> None:
+        params = event.params
+        if not isinstance(params, t.CreateSessionParams):
+            raise LocalProtocolError(f"{event.method} is not createSession")
+        uri = params.channel
+        if channel_kind(uri) is not ChannelKind.SESSION:
+            event.responder.error(JsonRpcErrorCode.INVALID_PARAMS,
+                                  f"{uri!r} is not a session URI (ahp-session:/<id>)")
+        elif self.host.has_channel(uri):
+            event.responder.error(AhpErrorCode.SESSION_ALREADY_EXISTS, f"{uri!r} exists")
+        elif params.provider is not None and params.provider != self._provider:
+            event.responder.error(AhpErrorCode.PROVIDER_NOT_FOUND,
+                                  f"no provider {params.provider!r}; this host has "
+                                  f"{self._provider!r}")
+        elif params.fork is not None:
+            event.responder.error(JsonRpcErrorCode.INVALID_PARAMS,
+                                  "the pi bridge cannot fork sessions")
+        elif self._closing:
+            event.responder.error(JsonRpcErrorCode.INTERNAL_ERROR, "the host is shutting down")
+        else:
+            directories = params.working_directories[:1] if params.working_directories else None
+            self.host.create_session(uri, provider=self._provider,
+                                     working_directories=directories)
+            event.responder.respond(None)
+            self._spawn_task(self._start_session(params, directories))
+
+    async def _start_session(self, params: t.CreateSessionParams,
+                             directories: tuple[str, ...] | None) -> None:
+        uri = params.channel
+        cwd = (_path(directories[0]) if directories else None) or self._agent.cwd
+        env = {**os.environ, **self._agent.env} if self._agent.env else None
+        try:
+            process = await asyncio.create_subprocess_exec(
+                self._agent.command, *self._agent.args, cwd=cwd, env=env,
+                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                stderr=None if self._agent.inherit_stderr else asyncio.subprocess.DEVNULL,
+            )
+        except OSError as e:
+            self._fail(uri, f"cannot start {self._agent.command}: {e}")
+            return
+        chat = "ahp-chat:/" + uri.removeprefix("ahp-session:/")
+        bridge = PiBridge(session=uri, chat=chat, clock=self.host.now,
+                          new_id=lambda: f"pi-{next(self._ids)}", dialect=self._dialect,
+                          provider=self._provider, confirm_tools=self._confirm_tools)
+        agent = _Agent(bridge, process)
+        self._agents[uri] = agent
+        agent.tasks = [self._spawn_task(self._write(agent)), self._spawn_task(self._read(agent))]
+        self._carry(agent, bridge.start())
+        ready = asyncio.ensure_future(agent.ready.wait())
+        exited = asyncio.ensure_future(agent.exited.wait())
+        try:
+            await asyncio.wait({ready, exited}, timeout=self._start_timeout,
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            ready.cancel()
+            exited.cancel()
+        if not agent.ready.is_set() or not self.host.has_channel(uri):
+            self._agents.pop(uri, None)
+            await self._stop(agent)
+            self._fail(uri, "the agent did not answer" if not agent.exited.is_set()
+                       else f"the agent exited with status {process.returncode}")
+            return
+        self._agents[chat] = agent
+        self._announced[uri] = self.host.ready_session(uri, default_chat=chat)
+        if params.active_client is not None:
+            self.host.dispatch(uri, t.SessionActiveClientSetAction(
+                active_client=params.active_client))
+            self._carry(agent, bridge.set_active_clients((params.active_client,)))
+        self.host.dispatch(ROOT_CHANNEL, t.RootActiveSessionsChangedAction(
+            active_sessions=len(self._announced)))
+        self._server.flush()
+
+    def _fail(self, uri: str, message: str) -> None:
+        log.warning("pi: session %s failed: %s", uri, message)
+        if self.host.has_channel(uri):
+            self.host.fail_session(uri, t.ErrorInfo(error_type="spawn", message=message))
+            self._server.flush()
+
+    def _dispose_session(self, event: RequestReceived) -> None:
+        params = event.params
+        if not isinstance(params, t.DisposeSessionParams):
+            raise LocalProtocolError(f"{event.method} is not disposeSession")
+        uri = params.channel
+        if not self.host.has_channel(uri):
+            event.responder.error(AhpErrorCode.SESSION_NOT_FOUND, f"no session {uri!r}")
+            return
+        agent = self._agents.pop(uri, None)
+        if agent is not None:
+            self._agents.pop(agent.bridge.chat, None)
+            self._spawn_task(self._stop(agent))
+        self.host.dispose_session(uri)
+        if self._announced.pop(uri, None) is not None:
+            self.host.dispatch(ROOT_CHANNEL, t.RootActiveSessionsChangedAction(
+                active_sessions=len(self._announced)))
+        event.responder.respond(None)
+
+    def _one_chat(self, event: RequestReceived) -> None:
+        event.responder.error(JsonRpcErrorCode.INVALID_PARAMS,
+                              "a pi session has exactly one chat")
+
+    def _fetch_turns(self, event: RequestReceived) -> None:
+        params = event.params
+        if not isinstance(params, t.FetchTurnsParams):
+            raise LocalProtocolError(f"{event.method} is not fetchTurns")
+        state = self.host.state(params.channel) if self.host.has_channel(params.channel) else None
+        if isinstance(state, t.ChatState) and params.cursor is None and (
+            state.turns_next_cursor is None
+        ):
+            event.responder.respond(t.FetchTurnsResult())
+            return
+        self.host.fetch_turns(event, ())
+
+    def _completions(self, event: RequestReceived) -> None:
+        event.responder.respond(t.CompletionsResult(items=()))
+
+    def _resolve_session_config(self, event: RequestReceived) -> None:
+        event.responder.respond(t.ResolveSessionConfigResult(
+            schema=t.SessionConfigSchema(properties={}), values={}))
+
+    def _session_config_completions(self, event: RequestReceived) -> None:
+        event.responder.respond(t.SessionConfigCompletionsResult(items=()))

@@ -46,7 +46,7 @@ from agenthost_protocol.types import (
     UnsupportedProtocolVersionErrorData,
 )
 
-from ._harness import FIXED_NOW, SESSION
+from ._fixtures import FIXED_NOW, SESSION
 
 SESSION_STATE = {
     "provider": "test", "title": "untitled", "status": 1, "lifecycle": "ready",

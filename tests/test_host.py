@@ -11,8 +11,11 @@ from hypothesis import strategies as st
 
 from agenthost_protocol import types as t
 from agenthost_protocol import wire
+from agenthost_protocol.client import ActionReceived, ClientConnection
+from agenthost_protocol.client import Reconnected as ClientReconnected
 from agenthost_protocol.errors import LocalProtocolError
 from agenthost_protocol.host import (
+    ClientActionApplied,
     ConnectionClosed,
     ConnectionState,
     ErrorReceived,
@@ -25,6 +28,8 @@ from agenthost_protocol.host import (
     ResponseReceived,
 )
 from agenthost_protocol.host import core as host_core
+from agenthost_protocol.reconciler import ReceiveKind
+from agenthost_protocol.testing.network import Network
 
 NOW = 1_767_225_600_000
 SESSION = "ahp-session:/s1"
@@ -1116,3 +1121,548 @@ def test_close_keeps_what_is_queued_then_nothing_more() -> None:
         conn.send_request("resourceRead", t.ResourceReadParams(uri="file:///x"))
     conn.close()  # idempotent: no second event
     assert host.next_event() is None
+
+
+# ── the review hook ─────────────────────────────────────────────────────────
+
+
+def test_review_rewrites_rejects_and_holds_valid_client_actions() -> None:
+    seen: list[host_core.ClientAction] = []
+
+    def review(pending: host_core.ClientAction) -> host_core.ReviewVerdict:
+        seen.append(pending)
+        action = pending.action
+        if isinstance(action, t.SessionTitleChangedAction):
+            if not action.title.strip():
+                return host_core.Reject("title must not be empty")
+            return t.SessionTitleChangedAction(title=action.title.strip())
+        if isinstance(action, t.SessionIsReadChangedAction):
+            return host_core.HOLD
+        return action
+
+    host = make_host(review=review)
+    with_session(host)
+    a = initialize(host, "a", subs=(SESSION, CHAT))
+    b = initialize(host, "b", subs=(SESSION,))
+    list(host.events())
+    # invalid actions never reach the hook
+    [refused] = dispatch(a, CHAT, 1, {"type": "chat/turnCancelled", "turnId": "x",
+                                      "duration": 1})
+    assert seen == [] and refused["params"]["rejectionReason"] == "no such active turn"
+    # a rewrite: everyone gets the host's version, with the client's origin
+    [echo] = dispatch(a, SESSION, 2, {"type": "session/titleChanged", "title": "  Fix  "})
+    assert echo["params"]["action"]["title"] == "Fix"
+    assert echo["params"]["origin"] == {"clientId": "a", "clientSeq": 2}
+    assert drain(b) == [echo]
+    assert seen[-1].client_seq == 2 and seen[-1].origin == t.ActionOrigin(client_id="a",
+                                                                         client_seq=2)
+    [applied] = [e for e in host.events() if isinstance(e, ClientActionApplied)]
+    assert applied.envelope.action == t.SessionTitleChangedAction(title="Fix")
+    # a rejection of the embedder's: only the dispatcher hears, with what it sent
+    [rejected] = dispatch(a, SESSION, 3, {"type": "session/titleChanged", "title": " "})
+    assert rejected["params"]["rejectionReason"] == "title must not be empty"
+    assert rejected["params"]["action"]["title"] == " " and drain(b) == []
+    # held: nothing is sequenced until the embedder settles it
+    seq = host.server_seq
+    assert dispatch(a, SESSION, 4, {"type": "session/isReadChanged", "isRead": True}) == []
+    assert dispatch(a, SESSION, 5, {"type": "session/isReadChanged", "isRead": False}) == []
+    assert host.server_seq == seq and not list(host.events())
+    first, second = host.held_actions
+    assert (first.client_seq, second.client_seq) == (4, 5) and first.number < second.number
+    envelope = host.accept_held(second)
+    assert envelope is not None and envelope.origin == second.origin
+    assert [m["params"]["serverSeq"] for m in drain(b)] == [seq + 1]
+    assert [type(e) for e in host.events()] == [ClientActionApplied]
+    drain(a)
+    rejection = host.reject_held(first, "too late")
+    assert rejection is not None and rejection.rejection_reason == "too late"
+    [late] = drain(a)
+    assert late["params"]["rejectionReason"] == "too late" and drain(b) == []
+    assert host.held_actions == ()
+    with pytest.raises(LocalProtocolError, match="not held"):
+        host.accept_held(first)
+
+
+def test_held_actions_are_validated_again_and_ignored_once_the_channel_is_gone() -> None:
+    host = make_host(review=lambda pending: host_core.HOLD)
+    with_session(host)
+    a = initialize(host, "a", subs=(CHAT, SESSION))
+    assert dispatch(a, CHAT, 1, {"type": "chat/turnStarted", "turnId": "t1",
+                                 "startedAt": "2026-01-01T00:00:00.000Z", "message": user()}) == []
+    [held] = host.held_actions
+    host.accept_held(held)
+    list(host.events())
+    drain(a)
+    dispatch(a, CHAT, 2, {"type": "chat/turnCancelled", "turnId": "t1", "duration": 1})
+    [cancel] = host.held_actions
+    host.dispatch(CHAT, t.ChatTurnCompleteAction(turn_id="t1", duration=1))
+    # the turn ended meanwhile: the rules now reject what they accepted then
+    envelope = host.accept_held(cancel)
+    assert envelope is not None and envelope.rejection_reason == "no such active turn"
+    dispatch(a, SESSION, 3, {"type": "session/titleChanged", "title": "x"})
+    [title] = host.held_actions
+    with pytest.raises(LocalProtocolError, match="not an action of"):
+        host.accept_held(title, t.ChatActivityChangedAction(activity="x"))
+    assert host.held_actions == (title,)  # a refused rewrite settles nothing
+    host.reject_held(title, "no")
+    dispatch(a, CHAT, 4, {"type": "chat/draftChanged"})
+    [draft] = list(host.held_actions)  # (mypy narrowed the property above)
+    host.remove_channel(CHAT)
+    seq = host.server_seq
+    assert host.accept_held(draft) is None and host.server_seq == seq
+
+
+def test_a_held_echo_after_a_reconnect_is_a_late_echo() -> None:
+    host = make_host(review=lambda p: host_core.HOLD if p.client_seq == 1 else p.action)
+    with_session(host)
+    net = Network(host)
+    client = ClientConnection("c", clock=lambda: NOW)
+    net.connect(client).send(client.initialize(initial_subscriptions=[SESSION]))
+    net.run_until_quiet()
+    net.link(client).send(client.dispatch(SESSION, t.SessionTitleChangedAction(title="held")))
+    net.run_until_quiet()
+    net.reconnect(client)
+    net.run_until_quiet()
+    [reconnected] = [e for e in net.link(client).take_events() if isinstance(e, ClientReconnected)]
+    assert [p.client_seq for p in reconnected.outcome.dropped] == [1]
+    [held] = host.held_actions
+    host.accept_held(held)
+    net.run_until_quiet()
+    [late] = net.link(client).take_events()
+    assert isinstance(late, ActionReceived) and late.received.kind is ReceiveKind.LATE_ECHO
+    assert client.confirmed(SESSION) == host.state(SESSION)
+
+
+# ── remembered clients and active clients ──────────────────────────────────
+
+
+class Clock:
+    """A clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.ms = NOW
+
+    def __call__(self) -> int:
+        return self.ms
+
+
+def test_remembered_clients_are_forgotten_by_count_and_by_age() -> None:
+    clock = Clock()
+    host = make_host(clock=clock, remembered_clients=2, remembered_clients_max_age_ms=1_000)
+    gone = initialize(host, "gone")
+    stays = initialize(host, "stays")
+    gone.connection_lost()
+    assert host.next_deadline() == NOW + 1_001
+    clock.ms += 1_001
+    # an open connection keeps its client, however old the handshake
+    assert host.remembered_version("stays") == "0.7.0"
+    assert host.remembered_version("gone") is None
+    conn = host.connect()
+    [answer] = send(conn, request(1, "reconnect", {
+        "clientId": "gone", "lastSeenServerSeq": 0, "subscriptions": []}))
+    assert answer["error"]["code"] == -32602
+    # the window opens when the connection closes
+    stays.connection_lost()
+    clock.ms += 1_000
+    again = host.connect()
+    [answer] = send(again, request(1, "reconnect", {
+        "clientId": "stays", "lastSeenServerSeq": 0, "subscriptions": []}))
+    assert answer["result"]["type"] == "replay"
+    again.connection_lost()
+    clock.ms += 1_001
+    assert host.expire_clients() == ()
+    assert host.remembered_version("stays") is None and host.next_deadline() is None
+    # by count: the least recently touched goes first
+    for name in ("x", "y", "z"):
+        initialize(host, name)
+    assert [host.remembered_version(n) for n in ("x", "y", "z")] == [None, "0.7.0", "0.7.0"]
+    with pytest.raises(LocalProtocolError):
+        make_host(remembered_clients_max_age_ms=-1)
+    with pytest.raises(LocalProtocolError):
+        make_host(active_client_grace_ms=-1)
+
+
+def _active_session(host: Host, conn: HostConnection, client_id: str) -> None:
+    """``client_id`` active in SESSION, with a running client tool call in CHAT,
+    its inputNeeded entry and a customization it contributed."""
+    dispatch(conn, SESSION, 1, {"type": "session/activeClientSet", "activeClient": {
+        "clientId": client_id, "tools": [{"name": "run"}]}})
+    host.dispatch(CHAT, t.ChatTurnStartedAction(
+        turn_id="t1", started_at="2026-01-01T00:00:00.000Z",
+        message=t.Message(text="go", origin=t.MessageOrigin(kind=t.MessageKind.USER))))
+    contributor = t.ToolCallClientContributor(client_id=client_id)
+    host.dispatch(CHAT, t.ChatToolCallStartAction(
+        turn_id="t1", tool_call_id="tc1", tool_name="run", display_name="Run",
+        contributor=contributor))
+    host.dispatch(CHAT, t.ChatToolCallReadyAction(
+        turn_id="t1", tool_call_id="tc1", invocation_message="Running",
+        confirmed=t.ToolCallConfirmationReason.NOT_NEEDED))
+    chat = host.state(CHAT)
+    assert isinstance(chat, t.ChatState) and chat.active_turn is not None
+    part = chat.active_turn.response_parts[0]
+    assert isinstance(part, t.ToolCallResponsePart)
+    assert isinstance(part.tool_call, t.ToolCallRunningState)
+    execution = t.SessionToolClientExecutionRequest(
+        id="run-tc1", chat=CHAT, turn_id="t1", client_id=client_id, tool_call=part.tool_call)
+    host.dispatch(SESSION, t.SessionInputNeededSetAction(request=execution))
+    plugin = t.PluginCustomization(
+        id="plug", uri="virtual://x", name="X", enabled=True, client_id=client_id)
+    host.dispatch(SESSION, t.SessionCustomizationUpdatedAction(customization=plugin))
+
+
+def _types(envelopes: tuple[t.ActionEnvelope, ...]) -> list[str]:
+    return [str(getattr(e.action.type, "value", e.action.type)) for e in envelopes]
+
+
+def test_an_active_client_that_stays_away_is_removed_after_the_grace_period() -> None:
+    clock = Clock()
+    host = make_host(clock=clock, active_client_grace_ms=5_000)
+    with_session(host)
+    conn = initialize(host, "ide", subs=(SESSION,))
+    watcher = initialize(host, "w", subs=(SESSION, CHAT))
+    _active_session(host, conn, "ide")
+    drain(watcher)
+    conn.connection_lost()
+    assert host.next_deadline() == NOW + 5_000
+    clock.ms += 4_999
+    assert host.expire_clients() == ()
+    clock.ms += 1
+    removed = host.expire_clients()
+    assert _types(removed) == ["chat/toolCallComplete", "session/inputNeededRemoved",
+                               "session/customizationRemoved", "session/activeClientRemoved"]
+    complete = removed[0].action
+    assert isinstance(complete, t.ChatToolCallCompleteAction) and not complete.result.success
+    assert [m["params"]["action"]["type"] for m in drain(watcher)] == _types(removed)
+    session = host.state(SESSION)
+    assert isinstance(session, t.SessionState)
+    assert session.active_clients == () and not session.customizations
+    assert not session.input_needed
+    assert host.expire_clients() == ()
+
+
+def test_an_active_client_back_in_time_stays_one_back_without_the_session_leaves() -> None:
+    clock = Clock()
+    host = make_host(clock=clock, active_client_grace_ms=5_000)
+    with_session(host)
+    conn = initialize(host, "ide", subs=(SESSION,))
+    _active_session(host, conn, "ide")
+    conn.connection_lost()
+    clock.ms += 1_000
+    back = host.connect()
+    send(back, request(1, "reconnect", {"clientId": "ide", "lastSeenServerSeq": 0,
+                                        "subscriptions": [SESSION]}))
+    clock.ms += 10_000
+    assert host.expire_clients() == ()
+    # reconnecting without the session is leaving it: due at once
+    back.connection_lost()
+    other = host.connect()
+    send(other, request(1, "reconnect", {"clientId": "ide", "lastSeenServerSeq": 0,
+                                         "subscriptions": []}))
+    assert host.next_deadline() == clock.ms
+    assert _types(host.expire_clients())[-1] == "session/activeClientRemoved"
+
+
+def test_unsubscribing_from_the_session_leaves_it() -> None:
+    host = make_host(active_client_grace_ms=None, remembered_clients_max_age_ms=None)
+    with_session(host)
+    conn = initialize(host, "ide", subs=(SESSION,))
+    _active_session(host, conn, "ide")
+    conn.connection_lost()
+    assert host.next_deadline() is None  # no grace period: a drop alone removes nobody
+    conn = host.connect()
+    send(conn, request(1, "reconnect", {"clientId": "ide", "lastSeenServerSeq": 0,
+                                        "subscriptions": [SESSION]}))
+    send(conn, note("unsubscribe", {"channel": SESSION}))
+    assert _types(host.expire_clients())[-1] == "session/activeClientRemoved"
+    with pytest.raises(LocalProtocolError):
+        host.remove_active_client(CHAT, "ide")
+
+
+# ── terminals and chat disposal ─────────────────────────────────────────────
+
+
+TERMINAL = "ahp-terminal:/t1"
+
+
+def test_create_terminal_keeps_the_root_catalogue_in_step() -> None:
+    host = make_host()
+    root_watcher = initialize(host, "w", subs=(ROOT,))
+    claim = t.TerminalClientClaim(client_id="c1")
+    state = host.create_terminal(TERMINAL, claim=claim, title="build", cwd="file:///w",
+                                 cols=80, rows=24)
+    assert state == t.TerminalState(title="build", cwd="file:///w", cols=80, rows=24,
+                                    content=(), claim=claim)
+    assert host.state(TERMINAL) == state
+    [changed] = drain(root_watcher)
+    assert changed["params"]["action"] == {"type": "root/terminalsChanged", "terminals": [
+        {"resource": TERMINAL, "title": "build", "claim": {"kind": "client", "clientId": "c1"}}]}
+    conn = initialize(host, "c1", subs=(TERMINAL,))
+    dispatch(conn, TERMINAL, 1, {"type": "terminal/titleChanged", "title": "tests"})
+    host.dispatch(TERMINAL, t.TerminalExitedAction(exit_code=3))
+    host.dispatch(TERMINAL, t.TerminalDataAction(data="output"))  # the catalogue is unchanged
+    root = host.state(ROOT)
+    assert isinstance(root, t.RootState) and root.terminals == (
+        t.TerminalInfo(resource=TERMINAL, title="tests", claim=claim, exit_code=3),)
+    assert len(drain(root_watcher)) == 2
+    host.dispose_terminal(TERMINAL)
+    assert not host.has_channel(TERMINAL) and conn.subscriptions == ()
+    [changed] = drain(root_watcher)
+    assert changed["params"]["action"]["terminals"] == []
+    with pytest.raises(LocalProtocolError):
+        host.dispose_terminal(TERMINAL)
+
+
+def test_answer_create_and_dispose_terminal() -> None:
+    host = make_host()
+    with_session(host)
+    conn = initialize(host, "c1", subs=(ROOT,))
+    list(host.events())
+
+    def ask(method: str, params: dict[str, Any]) -> tuple[Any, list[Any]]:
+        send(conn, request(7, method, params))
+        event = host.next_event()
+        assert isinstance(event, RequestReceived)
+        if method == "createTerminal":
+            result: Any = host.answer_create_terminal(event)
+        else:
+            result = host.answer_dispose_terminal(event)
+        return result, drain(conn)
+
+    mine = {"kind": "client", "clientId": "c1"}
+    _, [answer] = ask("createTerminal", {"channel": "ahp-chat:/x", "claim": mine})
+    assert answer["error"]["code"] == -32602
+    _, [answer] = ask("createTerminal", {"channel": TERMINAL,
+                                         "claim": {"kind": "client", "clientId": "other"}})
+    assert answer["error"]["code"] == -32602
+    _, [answer] = ask("createTerminal", {"channel": TERMINAL,
+                                         "claim": {"kind": "session", "session": "ahp-session:/x"}})
+    assert answer["error"]["code"] == -32001
+    state, [changed, answer] = ask("createTerminal", {
+        "channel": TERMINAL, "claim": {"kind": "session", "session": SESSION}, "name": "dev",
+        "cols": 100})
+    assert isinstance(state, t.TerminalState) and state.title == "dev" and state.cols == 100
+    assert changed["params"]["action"]["type"] == "root/terminalsChanged"
+    assert answer == {"jsonrpc": "2.0", "id": 7, "result": None}
+    _, [answer] = ask("createTerminal", {"channel": TERMINAL, "claim": mine})
+    assert answer["error"]["code"] == -32010
+    done, [changed, answer] = ask("disposeTerminal", {"channel": TERMINAL})
+    assert done and answer["result"] is None and changed["params"]["action"]["terminals"] == []
+    done, [answer] = ask("disposeTerminal", {"channel": TERMINAL})
+    assert not done and answer["error"]["code"] == -32008
+    send(conn, request(8, "listSessions", {}))
+    event = host.next_event()
+    assert isinstance(event, RequestReceived)
+    with pytest.raises(LocalProtocolError):
+        host.answer_create_terminal(event)
+    with pytest.raises(LocalProtocolError):
+        host.answer_dispose_terminal(event)
+
+
+def test_dispose_chat_removes_it_from_its_session() -> None:
+    host = make_host()
+    with_session(host)
+    host.add_chat(SESSION, "ahp-chat:/c2")
+    conn = initialize(host, "c1", subs=(SESSION,))
+    list(host.events())
+    send(conn, request(3, "disposeChat", {"channel": "ahp-chat:/c2"}))
+    event = host.next_event()
+    assert isinstance(event, RequestReceived) and host.answer_dispose_chat(event)
+    removed, answer = drain(conn)
+    assert removed["params"]["action"] == {"type": "session/chatRemoved", "chat": "ahp-chat:/c2"}
+    assert answer["result"] is None and not host.has_channel("ahp-chat:/c2")
+    send(conn, request(4, "disposeChat", {"channel": "ahp-chat:/c2"}))
+    event = host.next_event()
+    assert isinstance(event, RequestReceived) and not host.answer_dispose_chat(event)
+    assert drain(conn)[0]["error"]["code"] == -32008
+    with pytest.raises(LocalProtocolError):
+        host.dispose_chat("ahp-chat:/c2")
+
+
+# ── subscribe views ──────────────────────────────────────────────────────────
+
+
+def _completed_turns(host: Host, count: int, chat: str = CHAT, first: int = 1) -> None:
+    for n in range(first, first + count):
+        host.dispatch(chat, t.ChatTurnStartedAction(
+            turn_id=f"t{n}", started_at="2026-01-01T00:00:00.000Z",
+            message=t.Message(text=f"m{n}", origin=t.MessageOrigin(kind=t.MessageKind.USER))))
+        host.dispatch(chat, t.ChatTurnCompleteAction(turn_id=f"t{n}", duration=1))
+
+
+def _turn_ids(state: t.SnapshotState | None) -> list[str]:
+    assert isinstance(state, t.ChatState)
+    return [turn.id for turn in state.turns]
+
+
+def _view_net(host: Host) -> tuple[Network, ClientConnection, ClientConnection]:
+    net = Network(host)
+    trimmed = ClientConnection("trimmed", clock=lambda: NOW)
+    whole = ClientConnection("whole", clock=lambda: NOW)
+    for client in (trimmed, whole):
+        net.connect(client).send(client.initialize())
+    net.run_until_quiet()
+    net.link(trimmed).send(trimmed.subscribe(CHAT, view=t.SubscribeView(turns=2)))
+    net.link(whole).send(whole.subscribe(CHAT, delivery=t.SubscriptionDeliveryOptions(
+        max_latency_ms=50)))
+    net.run_until_quiet()
+    return net, trimmed, whole
+
+
+def test_a_view_trims_the_snapshot_and_the_core_pages_the_rest_to_that_client() -> None:
+    host = make_host()
+    with_session(host)
+    _completed_turns(host, 5)
+    net, trimmed, whole = _view_net(host)
+    snap = trimmed.confirmed(CHAT)
+    assert _turn_ids(snap) == ["t4", "t5"]
+    assert isinstance(snap, t.ChatState) and snap.turns_next_cursor is not None
+    assert whole.confirmed(CHAT) == host.state(CHAT)  # delivery hints change nothing
+    for _ in host.events():
+        pass
+    for expected in (["t2", "t3", "t4", "t5"], ["t1", "t2", "t3", "t4", "t5"]):
+        state = trimmed.confirmed(CHAT)
+        assert isinstance(state, t.ChatState)
+        _, data = trimmed.request("fetchTurns", t.FetchTurnsParams(
+            channel=CHAT, cursor=state.turns_next_cursor))
+        net.link(trimmed).send(data)
+        net.run_until_quiet()
+        assert host.next_event() is None  # the core answered its own cursor
+        assert _turn_ids(trimmed.confirmed(CHAT)) == expected
+    assert trimmed.confirmed(CHAT) == host.state(CHAT)
+    assert all(not isinstance(e, ActionReceived) for e in net.link(whole).take_events())
+    # now a cursor the core does not know: the embedder's, as before
+    _, data = trimmed.request("fetchTurns", t.FetchTurnsParams(channel=CHAT, cursor="older"))
+    net.link(trimmed).send(data)
+    net.run_until_quiet()
+    assert isinstance(host.next_event(), RequestReceived)
+
+
+def test_a_view_gets_its_hidden_turns_before_a_broadcast_needs_them() -> None:
+    host = make_host()
+    with_session(host)
+    _completed_turns(host, 4, first=3)
+    host.dispatch(CHAT, t.ChatTurnsLoadedAction(turns=(), turns_next_cursor="older"))
+    net, trimmed, whole = _view_net(host)
+    assert _turn_ids(trimmed.confirmed(CHAT)) == ["t5", "t6"]
+    # the embedder pages its storage in for someone else: the view is filled first
+    older = (t.Turn(id="t1", message=t.Message(text="m1", origin=t.MessageOrigin(
+        kind=t.MessageKind.USER)), response_parts=(), state=t.TurnState.COMPLETE),)
+    _, data = whole.request("fetchTurns", t.FetchTurnsParams(channel=CHAT, cursor="older"))
+    net.link(whole).send(data)
+    net.run_until_quiet(on_host_event=lambda e: host.fetch_turns(e, older) if isinstance(
+        e, RequestReceived) and e.method == "fetchTurns" else None)
+    for client in (trimmed, whole):
+        assert client.confirmed(CHAT) == host.state(CHAT)
+        assert _turn_ids(client.confirmed(CHAT)) == ["t1", "t3", "t4", "t5", "t6"]
+
+
+def test_truncating_to_a_hidden_turn_fills_the_view_first() -> None:
+    host = make_host()
+    with_session(host)
+    _completed_turns(host, 5)
+    net, trimmed, whole = _view_net(host)
+    net.link(whole).send(whole.dispatch(CHAT, t.ChatTruncatedAction(turn_id="t2")))
+    net.run_until_quiet()
+    for client in (trimmed, whole):
+        assert _turn_ids(client.confirmed(CHAT)) == ["t1", "t2"]
+        assert client.confirmed(CHAT) == host.state(CHAT)
+    # truncating a visible turn needs nothing
+    _completed_turns(host, 3, first=6)
+    net.link(trimmed).send(trimmed.unsubscribe(CHAT))
+    net.link(trimmed).send(trimmed.subscribe(CHAT, view=t.SubscribeView(turns=3)))
+    net.run_until_quiet()
+    seq = host.server_seq
+    net.link(whole).send(whole.dispatch(CHAT, t.ChatTruncatedAction(turn_id="t7")))
+    net.run_until_quiet()
+    assert host.server_seq == seq + 1
+    assert _turn_ids(trimmed.confirmed(CHAT)) == ["t6", "t7"]
+    net.link(whole).send(whole.dispatch(CHAT, t.ChatTruncatedAction()))
+    net.run_until_quiet()
+    assert trimmed.confirmed(CHAT) == host.state(CHAT) == whole.confirmed(CHAT)
+
+
+def test_a_view_survives_a_replay_reconnect_not_a_snapshot_one() -> None:
+    host = make_host(replay_max_envelopes=6)
+    with_session(host)
+    _completed_turns(host, 4)
+    net, trimmed, _ = _view_net(host)
+    net.link(trimmed).drop()
+    host.dispatch(CHAT, t.ChatTurnsLoadedAction(turns=(), turns_next_cursor="older"))
+    net.reconnect(trimmed)
+    net.run_until_quiet()
+    # the turns sent to it alone while it was away came with the replay
+    assert trimmed.confirmed(CHAT) == host.state(CHAT)
+    net.link(trimmed).send(trimmed.unsubscribe(CHAT))
+    net.link(trimmed).send(trimmed.subscribe(CHAT, view=t.SubscribeView(turns=1)))
+    net.run_until_quiet()
+    net.link(trimmed).drop()
+    _completed_turns(host, 4, first=5)  # past the replay buffer
+    net.reconnect(trimmed)
+    net.run_until_quiet()
+    assert trimmed.confirmed(CHAT) == host.state(CHAT)  # a whole snapshot, no view
+    list(host.events())
+    _, data = trimmed.request("fetchTurns", t.FetchTurnsParams(channel=CHAT))
+    net.link(trimmed).send(data)
+    net.run_until_quiet()
+    assert isinstance(host.next_event(), RequestReceived)
+
+
+def test_views_are_advisory() -> None:
+    host = make_host()
+    with_session(host)
+    _completed_turns(host, 2)
+    conn = initialize(host, "c", subs=())
+    for channel, view in ((CHAT, {"turns": 2}), (CHAT, {"turns": -1}), (CHAT, {}),
+                          (SESSION, {"turns": 0})):
+        [answer] = send(conn, request(1, "subscribe", {"channel": channel, "view": view}))
+        assert answer["result"]["snapshot"]["state"] == wire.dump(host.state(channel))
+    [answer] = send(conn, request(2, "subscribe", {"channel": CHAT, "view": {"turns": 0}}))
+    state = answer["result"]["snapshot"]["state"]
+    assert state["turns"] == [] and "turnsNextCursor" in state
+
+
+# ── older turns before a fork ────────────────────────────────────────────────
+
+
+def test_forks_and_side_chats_need_older_turns_loaded_first() -> None:
+    root = t.RootState(agents=(t.AgentInfo(
+        provider="demo", display_name="D", description="", models=(),
+        capabilities=t.AgentCapabilities(
+            multiple_chats=t.MultipleChatsCapability(fork=True, side_chat=True))),))
+    host = make_host(root=root)
+    with_session(host)
+    _completed_turns(host, 1, first=3)
+    host.dispatch(CHAT, t.ChatTurnsLoadedAction(turns=(), turns_next_cursor="page-1"))
+    conn = initialize(host, subs=(SESSION,))
+    list(host.events())
+    assert host.older_turns_cursor(CHAT, "t3") is None
+    assert host.older_turns_cursor(CHAT, "t1") == "page-1"
+    assert host.older_turns_cursor(CHAT) == "page-1"
+    with pytest.raises(LocalProtocolError):
+        host.older_turns_cursor(SESSION)
+
+    def ask(source: dict[str, Any]) -> RequestReceived:
+        send(conn, request(5, "createChat", {"channel": SESSION, "chat": "ahp-chat:/n",
+                                             "source": source}))
+        event = host.next_event()
+        assert isinstance(event, RequestReceived)
+        return event
+
+    # a side chat of a loaded turn needs nothing more
+    side = ask({"kind": "sideChat", "chat": CHAT, "turnId": "t3"})
+    assert host.older_turns_to_load(side) is None
+    # a side chat of an older turn, or any fork, needs loading first
+    side = ask({"kind": "sideChat", "chat": CHAT, "turnId": "t1"})
+    assert host.older_turns_to_load(side) == (CHAT, "page-1")
+    with pytest.raises(LocalProtocolError, match="page-1"):
+        host.answer_create_chat(side)
+    fork = ask({"kind": "fork", "chat": CHAT, "turnId": "t3"})
+    pages = {"page-1": ("t2", "page-2"), "page-2": ("t1", None)}
+    while (needed := host.older_turns_to_load(fork)) is not None:
+        turn_id, cursor = pages[needed[1]]
+        host.dispatch(needed[0], t.ChatTurnsLoadedAction(turns=(t.Turn(
+            id=turn_id, message=t.Message(text="old", origin=t.MessageOrigin(
+                kind=t.MessageKind.USER)), response_parts=(), state=t.TurnState.COMPLETE),),
+            turns_next_cursor=cursor))
+    state = host.answer_create_chat(fork)
+    assert _turn_ids(state) == ["t1", "t2", "t3"]

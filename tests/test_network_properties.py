@@ -77,7 +77,7 @@ from agenthost_protocol.reducers import reduce
 from agenthost_protocol.testing.network import Network
 from agenthost_protocol.versions import SUPPORTED_PROTOCOL_VERSIONS, is_action_known_to_version
 
-from ._harness import Ticker
+from ._fixtures import Ticker
 
 ROOT = "ahp-root://"
 SESSION = "ahp-session:/s1"

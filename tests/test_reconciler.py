@@ -65,7 +65,7 @@ from agenthost_protocol.types import (
     UnknownAction,
 )
 
-from ._harness import (
+from ._fixtures import (
     CHANGESET,
     CHAT_A,
     FIXED_NOW,

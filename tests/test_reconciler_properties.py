@@ -1,44 +1,66 @@
-"""Property tests of the write-ahead reconciler against an in-test host.
+"""Property tests of the write-ahead reconciler against the library's own host.
 
-A hypothesis state machine drives a :class:`tests._harness.Host` and two or
-three :class:`tests._harness.Client`\\ s (each a ``ClientReconciler`` on an
-ordered connection) through random interleavings of client dispatches (AHP
-0.7.0 session, chat and changeset actions, valid and invalid), host
-processing, delayed and duplicated deliveries, server-originated actions
-(agent turns with streamed text, input requests and tool calls awaiting
-confirmation; changeset files rewritten), subscribe/unsubscribe, channel
-disposal, disconnects and reconnects answered by replay or by snapshot.
+A hypothesis state machine runs one real :class:`~agenthost_protocol.host.Host`
+and two or three :class:`~agenthost_protocol.client.ClientConnection`\\ s (each
+a ``ClientReconciler`` on the wire) over
+:class:`~agenthost_protocol.testing.network.Network`, through random
+interleavings of client dispatches (AHP 0.7.0 session, chat and changeset
+actions, valid and invalid), deliveries one message at a time in each
+direction, duplicated deliveries, server-originated actions (agent turns
+with streamed text, input requests and tool calls awaiting confirmation;
+changeset files rewritten), subscribe/unsubscribe, disposing a chat, link
+drops (what is in flight is lost) and reconnects answered by replay or, once
+the gap is older than the host's small replay buffer, by snapshots.
+
+The embedder's side is test code on the host's public hooks (:class:`Agent`):
+
+* its ``review`` hook rejects blank session titles, a second turn, a used
+  turn id and truncation to an unknown turn, rewrites titles with blanks
+  around them (so an echo may differ from the dispatch), and, with
+  ``hold_directories``, holds the session's working-directory changes while
+  a turn is active, settling them when no turn is: their echoes then come
+  after those of later dispatches, and may come after a reconnect or an
+  unsubscribe dropped them (``LATE_ECHO``);
+* after every input it consumes a queued message at once when the chat is
+  idle (``pendingMessageRemoved``, then ``turnStarted``), as the spec asks.
+
 Properties:
 
 * at every step, on every client and tracked channel,
-  ``optimistic == confirmed`` with ``pending`` replayed on top, and
-  ``confirmed`` equals the host's state as of the last envelope the client
-  saw on that channel;
+  ``optimistic == confirmed`` with ``pending`` replayed on top (each action
+  at its ``dispatched_at``), and ``confirmed`` equals the host's state as of
+  the last envelope the client saw on that channel (the host's history is
+  rebuilt from an observer connection subscribed to everything);
 * at every step, ``pending`` is exactly the set of dispatched actions not yet
   answered: each dispatch is answered at most once, by an echo, a reported
   rejection, or a reported drop (reconnect, unsubscribe); a replay only drops
-  actions the host never applied;
-* after delivery quiesces, every client's confirmed state equals the host's
-  state and only the host's silence (a held action, a disposed channel)
-  leaves an action pending.
+  actions the host had not applied when it answered; a duplicate is ignored;
+* after delivery quiesces, every connected client's confirmed state equals
+  the host's state and only the host's silence (a held action, a disposed
+  channel) leaves an action pending.
 
 The machine runs twice: with a clock that stands still, so that states
 compare exactly with the host's, and with one that moves at every reading
-(:class:`MovingClockMachine`), for the clock policy.  A third property feeds
-one reconciler well-typed and spoilt peer data from
+(:class:`MovingClockMachine`), for the clock policy (the chat ``modifiedAt``
+each side stamps from its own reading is then left out of comparisons).  A
+third property feeds one reconciler well-typed and spoilt peer data from
 :mod:`agenthost_protocol.testing.strategies`: only ``RemoteProtocolError``
 may come out (``LocalProtocolError`` for its own spoilt actions), and a
-refused call changes nothing.  Example counts come
-from the loaded hypothesis profile (``tests/conftest.py``);
-``HYPOTHESIS_PROFILE=long`` runs 20 times as many.
+refused call changes nothing.  Example counts come from the loaded
+hypothesis profile (``tests/conftest.py``); ``HYPOTHESIS_PROFILE=long``
+runs 20 times as many.
 """
 
 from __future__ import annotations
 
+import bisect
+import json
+from collections import Counter, deque
 from functools import partial
 from typing import Any, get_args
 
 import attrs
+from attrs import evolve
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -49,71 +71,145 @@ from hypothesis.stateful import (
     rule,
 )
 
+from agenthost_protocol import wire
 from agenthost_protocol.channels import ACTION_UNIONS, ChannelKind, channel_kind
+from agenthost_protocol.client import (
+    ActionReceived,
+    ClientConnection,
+    ClientState,
+    Event,
+    Initialized,
+    ProtocolViolation,
+    Reconnected,
+    RequestFailed,
+    ResponseReceived,
+)
 from agenthost_protocol.errors import LocalProtocolError, RemoteProtocolError
-from agenthost_protocol.reconciler import ClientReconciler
+from agenthost_protocol.host import ClientActionApplied, Host
+from agenthost_protocol.host import Reconnected as HostReconnected
+from agenthost_protocol.host.core import HOLD, ClientAction, Reject, ReviewVerdict
+from agenthost_protocol.reconciler import (
+    ClientReconciler,
+    Received,
+    ReceiveKind,
+    ReconnectOutcome,
+)
+from agenthost_protocol.reducers import reduce
 from agenthost_protocol.testing import strategies as ahst
+from agenthost_protocol.testing.network import Network
 from agenthost_protocol.types import (
+    ActionEnvelope,
     ActionOrigin,
+    ActiveTurn,
+    AgentCapabilities,
+    AgentInfo,
+    ChangesetFile,
+    ChangesetFileRemovedAction,
+    ChangesetFileSetAction,
     ChangesetFilesReviewChangedAction,
     ChangesetState,
+    ChatDeltaAction,
     ChatDraftChangedAction,
+    ChatErrorAction,
     ChatInputAnswerChangedAction,
     ChatInputAnswered,
     ChatInputAnswerState,
     ChatInputAnswerValue,
     ChatInputBooleanAnswerValue,
+    ChatInputBooleanQuestion,
     ChatInputCompletedAction,
+    ChatInputRequest,
+    ChatInputRequestedAction,
     ChatInputResponseKind,
     ChatInputTextAnswerValue,
+    ChatInputTextQuestion,
     ChatPendingMessageRemovedAction,
     ChatPendingMessageSetAction,
     ChatQueuedMessagesReorderedAction,
+    ChatResponsePartAction,
     ChatState,
     ChatToolCallApprovedAction,
+    ChatToolCallCompleteAction,
     ChatToolCallDeniedAction,
+    ChatToolCallReadyAction,
+    ChatToolCallStartAction,
     ChatTruncatedAction,
     ChatTurnCancelledAction,
+    ChatTurnCompleteAction,
     ChatTurnStartedAction,
     ChatWorkingDirectoryRemovedAction,
     ChatWorkingDirectorySetAction,
+    ErrorInfo,
+    FileEdit,
+    InitializeResult,
+    InputRequestResponsePart,
+    JsonRpcNotification,
+    JsonRpcSuccessResponse,
+    MarkdownResponsePart,
     Message,
     MessageKind,
+    MultipleWorkingDirectoriesCapability,
     PendingMessageKind,
     ReconnectReplayResult,
+    ReconnectResultType,
     ReconnectSnapshotResult,
+    RootState,
+    SessionActivityChangedAction,
     SessionIsArchivedChangedAction,
     SessionIsReadChangedAction,
+    SessionState,
+    SessionStatus,
     SessionTitleChangedAction,
     SessionWorkingDirectoryRemovedAction,
     SessionWorkingDirectorySetAction,
+    SnapshotState,
     StateAction,
+    SubscribeParams,
+    SubscribeResult,
     ToolCallCancellationReason,
     ToolCallConfirmationReason,
+    ToolCallPendingConfirmationState,
+    ToolCallResponsePart,
+    ToolCallResult,
+    ToolCallRunningState,
     UnknownAction,
 )
 from agenthost_protocol.versions import IS_CLIENT_DISPATCHABLE
 
-from ._harness import (
+from ._fixtures import (
     CHANGESET,
-    CHANNELS,
     CHAT_A,
     CHAT_B,
     DIRECTORIES,
     FILES,
+    FIXED_NOW,
+    PRIMARY_DIRECTORY,
     SESSION,
-    Client,
-    Host,
     Ticker,
+    changeset_state,
     clock,
     message,
-    open_requests,
-    pending_confirmations,
-    quiesce,
+    stopped_at,
 )
 
+CHANNELS = (SESSION, CHAT_A, CHAT_B, CHANGESET)
+ELSEWHERE = "ahp-changeset:/s2/elsewhere"
+"""A channel nobody subscribes to: traffic there ages the replay buffer, cheaply."""
+REPLAY_WINDOWS = (6, 24, 128, 512)
+"""Replay buffer sizes (envelopes).  A reconnect after more traffic than that
+gets snapshots; the ``snapshot`` reconnect makes sure of it."""
+AGENT_INFO = AgentInfo(
+    provider="test",
+    display_name="Test",
+    description="",
+    models=(),
+    capabilities=AgentCapabilities(
+        multiple_working_directories=MultipleWorkingDirectoriesCapability(immutable_primary=True)
+    ),
+)
+"""Working-directory actions need the capability; the primary one is immutable."""
+
 CLIENT = st.integers(min_value=0, max_value=2)
-EXAMPLES_SCALE = 4
 CHAT_ACTIONS = (
     "start",
     "cancel",
@@ -136,6 +232,581 @@ ANSWER_VALUES: tuple[ChatInputAnswerValue, ...] = (
 """A text answer fits the question ``name``, a yes/no answer ``push``."""
 GHOST = "ghost"
 """An id nothing has: the host rejects actions that need it to exist."""
+
+
+def unstamped(state: SnapshotState) -> SnapshotState:
+    """``state`` without the one value a moving clock makes differ between host and client."""
+    if isinstance(state, ChatState):
+        return evolve(state, modified_at="")
+    return state
+
+
+def open_requests(turn: ActiveTurn | None) -> list[ChatInputRequest]:
+    """The unresolved input requests of ``turn``, in order."""
+    if turn is None:
+        return []
+    return [
+        part.request
+        for part in turn.response_parts
+        if isinstance(part, InputRequestResponsePart) and part.response is None
+    ]
+
+
+def pending_confirmations(turn: ActiveTurn | None) -> list[str]:
+    """The ids of the tool calls of ``turn`` that wait for the user's confirmation."""
+    if turn is None:
+        return []
+    return [
+        part.tool_call.tool_call_id
+        for part in turn.response_parts
+        if isinstance(part, ToolCallResponsePart)
+        and isinstance(part.tool_call, ToolCallPendingConfirmationState)
+    ]
+
+
+# ── the embedder's side ──────────────────────────────────────────────────────
+
+
+class Agent:
+    """What an embedder adds to the host: review policies, agent streams, follow-ups."""
+
+    def __init__(self, clock: Ticker, *, hold_directories: bool) -> None:
+        self.clock = clock
+        self.hold_directories = hold_directories
+        self.host: Host | None = None
+        self.applied: set[tuple[str, int]] = set()
+        """``(clientId, clientSeq)`` of every client action the host applied."""
+        self.applied_when_answered: dict[str, frozenset[tuple[str, int]]] = {}
+        """``applied`` as it was when the host last answered each client's ``reconnect``."""
+        self._ids = 0
+
+    @property
+    def h(self) -> Host:
+        assert self.host is not None
+        return self.host
+
+    def fresh_id(self, prefix: str) -> str:
+        self._ids += 1
+        return f"{prefix}{self._ids}"
+
+    def chat(self, uri: str) -> ChatState | None:
+        state = self.h.state(uri) if self.h.has_channel(uri) else None
+        return state if isinstance(state, ChatState) else None
+
+    def active_turns(self) -> bool:
+        return any(
+            (chat := self.chat(uri)) is not None and chat.active_turn is not None
+            for uri in (CHAT_A, CHAT_B)
+        )
+
+    # -- the review hook --
+
+    def review(self, pending: ClientAction) -> ReviewVerdict:
+        """Policies on valid client actions (none is a spec rule)."""
+        action = pending.action
+        chat = self.chat(pending.channel)
+        match action:
+            case SessionTitleChangedAction(title=title):
+                if not title.strip():
+                    return Reject("title must not be empty")
+                if title != title.strip():
+                    # normalised: the echo differs from what the client sent
+                    return evolve(action, title=title.strip())
+            case SessionWorkingDirectorySetAction() | SessionWorkingDirectoryRemovedAction():
+                if self.hold_directories and self.active_turns():
+                    return HOLD
+            case ChatTurnStartedAction(turn_id=turn_id) if chat is not None:
+                if chat.active_turn is not None:
+                    return Reject("a turn is already active")
+                if any(done.id == turn_id for done in chat.turns):
+                    return Reject("turn id already used")
+            case ChatTruncatedAction(turn_id=str() as turn_id) if chat is not None:
+                if not any(done.id == turn_id for done in chat.turns):
+                    return Reject("no such turn")
+            case _:
+                pass
+        return action
+
+    # -- follow-ups --
+
+    def after_input(self) -> None:
+        """What the embedder does after each input: read the events, consume a queued
+        message of an idle chat, settle held actions once no turn is active."""
+        host = self.h
+        busy = True
+        while busy:
+            busy = False
+            for ev in host.events():
+                if isinstance(ev, ClientActionApplied) and ev.envelope.origin is not None:
+                    origin = ev.envelope.origin
+                    self.applied.add((origin.client_id, origin.client_seq))
+                elif isinstance(ev, HostReconnected):
+                    self.applied_when_answered[ev.client_id] = frozenset(self.applied)
+            for uri in (CHAT_A, CHAT_B):
+                chat = self.chat(uri)
+                if chat is not None and chat.active_turn is None and chat.queued_messages:
+                    queued = chat.queued_messages[0]
+                    host.dispatch(
+                        uri,
+                        ChatPendingMessageRemovedAction(
+                            kind=PendingMessageKind.QUEUED, id=queued.id
+                        ),
+                    )
+                    host.dispatch(
+                        uri,
+                        ChatTurnStartedAction(
+                            turn_id=self.fresh_id("q"),
+                            started_at=self.clock.iso(),
+                            message=queued.message,
+                            queued_message_id=queued.id,
+                        ),
+                    )
+                    busy = True
+            if host.held_actions and not self.active_turns():
+                for held in host.held_actions:
+                    host.accept_held(held)
+                busy = True
+
+    # -- server-originated actions --
+
+    def step(self, channel: str, choice: int) -> None:
+        """One server-originated action on ``channel``, picked by ``choice``."""
+        if not self.h.has_channel(channel):
+            return
+        state = self.h.state(channel)
+        if isinstance(state, SessionState):
+            self._session_step(channel, state, choice)
+        elif isinstance(state, ChatState):
+            self._chat_step(channel, state, choice)
+        elif isinstance(state, ChangesetState):
+            self._changeset_step(channel, state, choice)
+
+    def asks(self, channel: str, choice: int) -> None:
+        """The agent of ``channel`` asks the user something: an input request or a tool
+        call to confirm, starting a turn first if none is active."""
+        chat = self.chat(channel)
+        if chat is None:
+            return
+        if chat.active_turn is None:
+            self._chat_step(channel, chat, choice)
+        chat = self.chat(channel)
+        assert chat is not None
+        self._chat_step(channel, chat, 3 if choice % 2 else 4)
+
+    def finish_turns(self) -> None:
+        """Complete every active turn (and those of the queued messages that follow)."""
+        while self.active_turns():
+            for uri in (CHAT_A, CHAT_B):
+                chat = self.chat(uri)
+                if chat is not None and chat.active_turn is not None:
+                    turn_id = chat.active_turn.id
+                    self.h.dispatch(uri, ChatTurnCompleteAction(turn_id=turn_id, duration=1))
+            self.after_input()
+
+    def _session_step(self, channel: str, state: SessionState, choice: int) -> None:
+        match choice % 3:
+            case 0:
+                self.h.dispatch(channel, SessionTitleChangedAction(title=self.fresh_id("server-")))
+            case 1:
+                is_read = not (int(state.status) & SessionStatus.IS_READ)
+                self.h.dispatch(channel, SessionIsReadChangedAction(is_read=is_read))
+            case _:
+                activity = None if state.activity else self.fresh_id("busy-")
+                self.h.dispatch(channel, SessionActivityChangedAction(activity=activity))
+
+    def _chat_step(self, channel: str, state: ChatState, choice: int) -> None:
+        emit = partial(self.h.dispatch, channel)
+        turn = state.active_turn
+        if turn is None:
+            # an agent-side turn (e.g. started from another surface)
+            emit(ChatTurnStartedAction(
+                turn_id=self.fresh_id("h"), started_at=self.clock.iso(),
+                message=message("agent work"),
+            ))
+            return
+        parts = [p for p in turn.response_parts if isinstance(p, MarkdownResponsePart)]
+        requests = open_requests(turn)
+        running = [
+            part.tool_call.tool_call_id
+            for part in turn.response_parts
+            if isinstance(part, ToolCallResponsePart)
+            and isinstance(part.tool_call, ToolCallRunningState)
+        ]
+        # turns end in two draws out of ten, so that users get to answer the agent
+        match choice % 10:
+            case 0:
+                part = MarkdownResponsePart(id=self.fresh_id("p"), content="")
+                emit(ChatResponsePartAction(turn_id=turn.id, part=part))
+            case 2 if state.steering_message is not None:
+                emit(ChatPendingMessageRemovedAction(
+                    kind=PendingMessageKind.STEERING, id=state.steering_message.id
+                ))
+            case 3:
+                # a new request, or the open one asked again (replaced in place)
+                again = requests[0].id if requests and choice % 2 else None
+                emit(ChatInputRequestedAction(request=self.input_request(again)))
+            case 4:
+                call_id = self.fresh_id("tc")
+                emit(ChatToolCallStartAction(
+                    turn_id=turn.id, tool_call_id=call_id, tool_name="grep", display_name="Grep"
+                ))
+                emit(ChatToolCallReadyAction(
+                    turn_id=turn.id, tool_call_id=call_id, invocation_message="Searching"
+                ))
+            case 5 if running:
+                result = ToolCallResult(success=True, past_tense_message="Searched")
+                emit(ChatToolCallCompleteAction(
+                    turn_id=turn.id, tool_call_id=running[0], result=result
+                ))
+            case 8 if choice % 2:
+                error = ErrorInfo(error_type="agent", message="failed")
+                emit(ChatErrorAction(turn_id=turn.id, duration=choice, error=error))
+            case 8 | 9:
+                emit(ChatTurnCompleteAction(turn_id=turn.id, duration=choice))
+            case _ if parts:
+                emit(ChatDeltaAction(turn_id=turn.id, part_id=parts[-1].id, content=f"+{choice}"))
+            case _:
+                part = MarkdownResponsePart(id=self.fresh_id("p"), content="")
+                emit(ChatResponsePartAction(turn_id=turn.id, part=part))
+
+    def _changeset_step(self, channel: str, state: ChangesetState, choice: int) -> None:
+        present = [file.id for file in state.files]
+        file_id = FILES[choice % len(FILES)]
+        if choice % 2 and file_id in present:
+            self.h.dispatch(channel, ChangesetFileRemovedAction(file_id=file_id))
+        else:
+            # (re)written without ``reviewed``: how a host resets the review
+            file = ChangesetFile(id=file_id, edit=FileEdit())
+            self.h.dispatch(channel, ChangesetFileSetAction(file=file))
+
+    def input_request(self, request_id: str | None = None) -> ChatInputRequest:
+        """The agent's question: a required text answer and an optional yes/no."""
+        return ChatInputRequest(
+            id=self.fresh_id("r") if request_id is None else request_id,
+            message="Which branch?",
+            questions=(
+                ChatInputTextQuestion(id="name", message="Branch name", required=True),
+                ChatInputBooleanQuestion(id="push", message="Push it?"),
+            ),
+        )
+
+
+class History:
+    """The host's state after every envelope, from an observer connection.
+
+    The observer subscribes to every channel at the start and reduces what it
+    receives (rejections go to the dispatcher only, so it sees exactly the
+    applied envelopes), with a clock that stands still: with a moving clock
+    only the chat ``modifiedAt`` differs from the host's, and comparisons
+    leave it out.
+    """
+
+    def __init__(self, host: Host) -> None:
+        self.host = host
+        self.conn = host.connect()
+        self.conn.receive_data(json.dumps({
+            "jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersions": ["0.7.0"], "clientId": "observer",
+                       "initialSubscriptions": list(CHANNELS)},
+        }))
+        [answer] = self.conn.data_to_send()
+        msg = wire.parse_message(answer, result_method=lambda _: "initialize")
+        assert isinstance(msg, JsonRpcSuccessResponse)
+        result = msg.result
+        assert isinstance(result, InitializeResult)
+        self.states: dict[str, tuple[list[int], list[SnapshotState]]] = {
+            snapshot.resource: ([snapshot.from_seq], [snapshot.state])
+            for snapshot in result.snapshots
+        }
+
+    def sync(self) -> None:
+        for data in self.conn.data_to_send():
+            msg = wire.parse_message(data)
+            assert isinstance(msg, JsonRpcNotification) and msg.method == "action"
+            envelope = msg.params
+            assert isinstance(envelope, ActionEnvelope) and envelope.rejection_reason is None
+            seqs, states = self.states[envelope.channel]
+            state = reduce(envelope.channel, states[-1], envelope.action,
+                           now=stopped_at(FIXED_NOW))
+            seqs.append(envelope.server_seq)
+            states.append(state)
+
+    def at(self, channel: str, seq: int) -> SnapshotState:
+        """The state of ``channel`` right after envelope ``seq`` (or the latest before it)."""
+        seqs, states = self.states[channel]
+        return states[bisect.bisect_right(seqs, seq) - 1]
+
+    def latest(self, channel: str) -> SnapshotState:
+        return self.states[channel][1][-1]
+
+
+class World:
+    """What the clients' bookkeeping checks against: the host, its history, the agent."""
+
+    def __init__(self, host: Host, agent: Agent, clock: Ticker) -> None:
+        self.host = host
+        self.agent = agent
+        self.clock = clock
+        self.history = History(host)
+
+    def same(self, mine: SnapshotState, hosts: SnapshotState) -> bool:
+        if self.clock.moves:
+            return unstamped(mine) == unstamped(hosts)
+        return mine == hosts
+
+
+# ── a client ─────────────────────────────────────────────────────────────────
+
+
+class Client(ClientConnection):
+    """A client connection with the properties' bookkeeping.
+
+    Every ``clientSeq`` it dispatched is *outstanding* until an echo or a
+    rejection answers it, or a reconnect or unsubscribe drops it (then it is
+    *orphaned* until a late echo, if any).
+    """
+
+    def __init__(self, client_id: str, world: World) -> None:
+        super().__init__(client_id, clock=world.clock)
+        self.world = world
+        self.outstanding: dict[int, tuple[str, StateAction]] = {}
+        self.orphaned: dict[int, tuple[str, StateAction]] = {}
+        self.released: set[str] = set()
+        self.subscribing: set[str] = set()
+        self.seen: dict[str, int] = {}
+        self.delivered: deque[bytes] = deque(maxlen=8)
+        self.problems: list[str] = []
+        self.stats: Counter[str] = Counter()
+        """What happened, for ``hypothesis.event`` statistics."""
+        self.redelivering = False
+        self.turn_count = 0
+        self.verified: dict[str, tuple[object, ...]] = {}
+        """Per channel, the objects :meth:`check` last found consistent."""
+
+    def fresh_turn_id(self) -> str:
+        self.turn_count += 1
+        return f"{self.client_id}-t{self.turn_count}"
+
+    # -- sending --
+
+    def dispatch(self, channel: str, action: StateAction) -> bytes:
+        data = super().dispatch(channel, action)
+        client_seq = self.reconciler.pending(channel)[-1].client_seq
+        self.stats["dispatch"] += 1
+        assert client_seq not in self.outstanding
+        self.outstanding[client_seq] = (channel, action)
+        return data
+
+    def subscribe(self, channel: str, **kwargs: Any) -> bytes:
+        assert channel not in self.reconciler.channels
+        data = super().subscribe(channel, **kwargs)
+        self.subscribing.add(channel)
+        return data
+
+    def unsubscribe(self, channel: str) -> bytes:
+        dropped = [entry.client_seq for entry in self.reconciler.pending(channel)]
+        data = super().unsubscribe(channel)
+        for client_seq in dropped:
+            self.orphan(client_seq)
+        self.released.add(channel)
+        self.seen.pop(channel, None)
+        return data
+
+    def connection_lost(self) -> list[Event]:
+        self.subscribing.clear()
+        return super().connection_lost()
+
+    # -- receiving --
+
+    def receive_data(self, data: bytes | str) -> list[Event]:
+        events = super().receive_data(data)
+        for ev in events:
+            self.observe(ev, data)
+        return events
+
+    def redeliver(self, index: int) -> None:
+        """Deliver an already delivered envelope again: it must be ignored."""
+        if not self.delivered or self.connection_state is not ClientState.OPEN:
+            return
+        data = self.delivered[index % len(self.delivered)]
+        rec = self.reconciler
+        before = {uri: (rec.confirmed(uri), rec.pending(uri)) for uri in rec.channels}
+        self.redelivering = True
+        try:
+            [received] = self.receive_data(data)
+        finally:
+            self.redelivering = False
+        assert isinstance(received, ActionReceived)
+        after = {uri: (rec.confirmed(uri), rec.pending(uri)) for uri in rec.channels}
+        assert before == after
+
+    def observe(self, ev: Event, data: bytes | str) -> None:
+        match ev:
+            case Initialized(snapshots=snapshots):
+                self.seen = {s.resource: s.from_seq for s in snapshots}
+            case ResponseReceived(params=SubscribeParams(channel=channel), result=answer):
+                self.subscribing.discard(channel)
+                if isinstance(answer, SubscribeResult) and answer.snapshot is not None:
+                    self.released.discard(channel)
+                    self.seen[channel] = answer.snapshot.from_seq
+            case RequestFailed(params=SubscribeParams(channel=channel)):
+                self.subscribing.discard(channel)
+            case ActionReceived(received=received):
+                if not self.redelivering:
+                    self.delivered.append(bytes(data, "utf-8") if isinstance(data, str) else data)
+                self.account(received)
+            case Reconnected(outcome=outcome):
+                raw = json.loads(data)["result"]
+                result: ReconnectReplayResult | ReconnectSnapshotResult
+                if outcome.kind is ReconnectResultType.REPLAY:
+                    result = wire.structure(raw, ReconnectReplayResult)
+                else:
+                    result = wire.structure(raw, ReconnectSnapshotResult)
+                self.account_reconnect(outcome, result)
+            case ProtocolViolation(error=error):
+                self.problems.append(f"protocol violation: {error}")
+            case _:
+                pass
+
+    def account(self, received: Received) -> None:
+        """Check one :class:`Received` against the bookkeeping and update it."""
+        envelope = received.envelope
+        origin = envelope.origin
+        ours = origin is not None and origin.client_id == self.client_id
+        kind = received.kind
+        if self.redelivering:
+            self.stats[f"redelivered: {kind.value}"] += 1
+            assert kind in (ReceiveKind.DUPLICATE, ReceiveKind.UNSUBSCRIBED), kind
+            return
+        self.stats[kind.value] += 1
+        if ours and kind is not ReceiveKind.DUPLICATE:
+            wire_type = getattr(envelope.action.type, "value", envelope.action.type)
+            answer = envelope.rejection_reason or f"applied {wire_type}"
+            self.stats[f"{answer} ({kind.value})"] += 1
+        if kind is ReceiveKind.ECHO and received.echo_of is not None:
+            head = self.reconciler.pending(envelope.channel)[:1]
+            if head and head[0].client_seq < received.echo_of.client_seq:
+                self.stats["echo overtaking pending"] += 1
+            if received.echo_of.action != envelope.action:
+                self.stats["echo differs from the dispatch"] += 1
+        if kind is ReceiveKind.UNSUBSCRIBED:
+            assert envelope.channel in self.released
+            return
+        assert kind is not ReceiveKind.DUPLICATE, "the transport never duplicates by itself"
+        assert envelope.channel in self.reconciler.channels
+        self.seen[envelope.channel] = envelope.server_seq
+        if kind is ReceiveKind.FOREIGN:
+            assert not ours and envelope.rejection_reason is None
+            return
+        # the host sends a rejection to its dispatcher only
+        assert kind is not ReceiveKind.FOREIGN_REJECTED
+        assert ours and origin is not None and received.echo_of is not None
+        client_seq = origin.client_seq
+        assert received.echo_of.client_seq == client_seq
+        if kind is ReceiveKind.LATE_ECHO or (
+            kind is ReceiveKind.REJECTED and client_seq in self.orphaned
+        ):
+            channel, action = self.orphaned.pop(client_seq)
+        else:
+            assert kind in (ReceiveKind.ECHO, ReceiveKind.REJECTED)
+            channel, action = self.outstanding.pop(client_seq)
+        assert (channel, action) == (received.echo_of.channel, received.echo_of.action)
+        if kind is ReceiveKind.REJECTED:
+            assert received.rejection is not None
+            assert received.rejection.reason == envelope.rejection_reason
+        else:
+            assert envelope.rejection_reason is None
+
+    def orphan(self, client_seq: int) -> None:
+        self.orphaned[client_seq] = self.outstanding.pop(client_seq)
+
+    def account_reconnect(
+        self, outcome: ReconnectOutcome, result: ReconnectReplayResult | ReconnectSnapshotResult
+    ) -> None:
+        self.stats[f"reconnect {outcome.kind.value}"] += 1
+        if self.world.host.held_actions and any(
+            held.client_id == self.client_id for held in self.world.host.held_actions
+        ):
+            self.stats["reconnect while held"] += 1
+        if outcome.dropped:
+            self.stats["reconnect dropped pending"] += 1
+        if outcome.removed:
+            self.stats["reconnect removed channels"] += 1
+        applied = self.world.agent.applied_when_answered.get(self.client_id, frozenset())
+        for received in outcome.received:
+            self.account(received)
+        for entry in outcome.dropped:
+            if isinstance(result, ReconnectReplayResult) and entry.channel not in outcome.removed:
+                # a replay answers everything the host did: what is left was not applied
+                assert (self.client_id, entry.client_seq) not in applied
+            self.orphan(entry.client_seq)
+        for uri in outcome.removed:
+            self.released.add(uri)
+            self.seen.pop(uri, None)
+        if isinstance(result, ReconnectSnapshotResult):
+            for snapshot in result.snapshots:
+                self.seen[snapshot.resource] = snapshot.from_seq
+        assert not self.outstanding, "a reconnect clears every pending action"
+
+    # -- the properties --
+
+    def check(self) -> None:
+        """Every-step properties of this client."""
+        assert not self.problems, self.problems
+        if self.connection_state is ClientState.IDLE:
+            return
+        rec = self.reconciler
+        history = self.world.history
+        history.sync()
+        pending_seqs: dict[int, tuple[str, StateAction]] = {}
+        for channel in rec.channels:
+            confirmed = rec.confirmed(channel)
+            pending = rec.pending(channel)
+            for entry in pending:
+                assert entry.channel == channel
+                pending_seqs[entry.client_seq] = (channel, entry.action)
+            optimistic = rec.optimistic(channel)
+            hosts = history.at(channel, self.seen[channel])
+            checked = (confirmed, optimistic, hosts, *pending)
+            last = self.verified.get(channel, ())
+            same = len(last) == len(checked)
+            if same and all(a is b for a, b in zip(last, checked, strict=True)):
+                continue  # the very objects already checked: the properties hold still
+            # optimistic == confirmed with pending replayed on top, each action at
+            # its dispatched_at (the clock policy): exact for any clock
+            state = confirmed
+            for entry in pending:
+                state = reduce(channel, state, entry.action, now=stopped_at(entry.dispatched_at))
+            assert optimistic == state, f"optimistic != confirmed + pending on {channel}"
+            assert rec.optimistic(channel) is optimistic, "optimistic is cached"
+            # confirmed == the host's state as of the last envelope seen on the channel
+            assert self.world.same(confirmed, hosts), (
+                f"{self.client_id} confirmed {channel} differs from the host's at seq "
+                f"{self.seen[channel]}"
+            )
+            # kept alive here, so that ``is`` above never meets a recycled id
+            self.verified[channel] = checked
+        # no pending action lost or duplicated: pending is exactly the outstanding ones
+        assert pending_seqs == self.outstanding
+        assert rec.last_seen_server_seq <= self.world.host.server_seq
+
+    def check_quiescent(self) -> None:
+        """After delivery quiesced: confirmed equals the host's state, nothing left unanswered."""
+        self.check()
+        host = self.world.host
+        for channel in self.reconciler.channels:
+            if host.has_channel(channel):
+                hosts = host.state(channel)
+                assert hosts is not None
+                assert self.world.same(self.reconciler.confirmed(channel), hosts)
+        held = {h.client_seq for h in host.held_actions if h.client_id == self.client_id}
+        for client_seq, (channel, _) in self.outstanding.items():
+            # only the host's silence leaves an action pending: a held
+            # action, or one sent to a channel disposed since
+            assert client_seq in held or not host.has_channel(channel)
+
+
+# ── what users do ────────────────────────────────────────────────────────────
 
 
 def draw_message(data: st.DataObject, text: str) -> Message:
@@ -184,8 +855,8 @@ def draw_chat_action(data: st.DataObject, client: Client, state: ChatState) -> S
             turn_id = data.draw(st.sampled_from(turn_ids)) if reuse else client.fresh_turn_id()
             return ChatTurnStartedAction(
                 turn_id=turn_id,
-                started_at=client.clock.iso(),
-                message=draw_message(data, f"hi from {client.id}"),
+                started_at=client.world.clock.iso(),
+                message=draw_message(data, f"hi from {client.client_id}"),
             )
         case "cancel":
             guess = [active.id] if active is not None else []
@@ -273,7 +944,7 @@ def draw_client_action(data: st.DataObject, client: Client, channel: str) -> Sta
     answering a question that is not asked, a directory outside the session's
     set, an agent message).
     """
-    state = client.rec.optimistic(channel)
+    state = client.optimistic(channel)
     if isinstance(state, ChatState):
         return draw_chat_action(data, client, state)
     if isinstance(state, ChangesetState):
@@ -285,32 +956,45 @@ def draw_client_action(data: st.DataObject, client: Client, channel: str) -> Sta
 
 
 class ReconcilerMachine(RuleBasedStateMachine):
-    """One host, two or three clients, random interleavings."""
+    """One host, two or three clients, one in-memory network, random interleavings."""
 
     host: Host
+    agent: Agent
+    world: World
+    net: Network
     clients: list[Client]
 
     @initialize(
         count=st.integers(min_value=2, max_value=3),
-        broadcast_rejections=st.booleans(),
-        replay_window=st.none() | st.integers(min_value=0, max_value=12),
+        window=st.sampled_from(REPLAY_WINDOWS),
         hold_directories=st.booleans(),
         data=st.data(),
     )
-    def start(
-        self,
-        count: int,
-        broadcast_rejections: bool,
-        replay_window: int | None,
-        hold_directories: bool,
-        data: st.DataObject,
-    ) -> None:
+    def start(self, count: int, window: int, hold_directories: bool, data: st.DataObject) -> None:
+        clock = self.make_clock(data)
+        self.window = window
+        self.agent = Agent(clock, hold_directories=hold_directories)
         self.host = Host(
-            broadcast_rejections=broadcast_rejections,
-            replay_window=replay_window,
-            hold_directories=hold_directories,
-            now=self.make_clock(data),
+            clock=clock,
+            root=RootState(agents=(AGENT_INFO,)),
+            replay_max_envelopes=window,
+            # the moving clock runs hours per step: clients are never forgotten here
+            remembered_clients_max_age_ms=None,
+            review=self.agent.review,
         )
+        self.agent.host = self.host
+        host = self.host
+        host.create_session(
+            SESSION, provider="test", title="untitled", working_directories=(PRIMARY_DIRECTORY,)
+        )
+        host.ready_session(SESSION, default_chat=CHAT_A, chat_title="chat")
+        host.add_chat(SESSION, CHAT_B, title="chat")
+        host.add_channel(CHANGESET, changeset_state())
+        host.add_channel(ELSEWHERE, changeset_state())
+        self.world = World(host, self.agent, clock)
+        self.verified: dict[str, tuple[SnapshotState, SnapshotState | None]] = {}
+        """Per channel, the history's and the host's states last found equal."""
+        self.net = Network(host)
         self.clients = []
         for index in range(count):
             # every client starts on the session and chat A, some also on chat B or the changeset
@@ -318,8 +1002,12 @@ class ReconcilerMachine(RuleBasedStateMachine):
                 st.lists(st.sampled_from([CHAT_B, CHANGESET]), unique=True),
                 label=f"c{index} also on",
             )
-            channels = [SESSION, CHAT_A, *extra]
-            self.clients.append(Client(f"c{index}", self.host, channels))
+            client = Client(f"c{index}", self.world)
+            link = self.net.connect(client)
+            link.send(client.initialize(initial_subscriptions=[SESSION, CHAT_A, *extra]))
+            self.clients.append(client)
+        self.settle()
+        assert all(c.connection_state is ClientState.OPEN for c in self.clients)
 
     def make_clock(self, data: st.DataObject) -> Ticker:
         """The clock of host and clients: one that stands still, so states compare exactly."""
@@ -328,22 +1016,40 @@ class ReconcilerMachine(RuleBasedStateMachine):
     def client(self, index: int) -> Client:
         return self.clients[index % len(self.clients)]
 
+    def to_host(self, client: Client) -> bool:
+        moved = self.net.deliver_to_host(client)
+        if moved:
+            self.agent.after_input()
+        return moved
+
+    def settle(self) -> None:
+        """Run host and clients until no message is in flight anywhere."""
+        busy = True
+        while busy:
+            busy = False
+            for client in self.clients:
+                while self.to_host(client):
+                    busy = True
+                while self.net.deliver_to_client(client):
+                    busy = True
+
     # -- clients --
 
     @rule(index=CLIENT, count=st.integers(min_value=1, max_value=3), data=st.data())
     def dispatch(self, index: int, count: int, data: st.DataObject) -> None:
         client = self.client(index)
-        if not client.rec.channels:
+        if client.connection_state is not ClientState.OPEN or not client.reconciler.channels:
             return
+        link = self.net.link(client)
         for _ in range(count):
-            channel = data.draw(st.sampled_from(client.rec.channels), label="channel")
-            client.dispatch(channel, draw_client_action(data, client, channel))
+            channel = data.draw(st.sampled_from(client.reconciler.channels), label="channel")
+            link.send(client.dispatch(channel, draw_client_action(data, client, channel)))
 
     @rule(index=CLIENT, count=st.integers(min_value=1, max_value=6))
     def deliver(self, index: int, count: int) -> None:
         client = self.client(index)
         for _ in range(count):
-            client.deliver()
+            self.net.deliver_to_client(client)
 
     @rule(index=CLIENT, which=st.integers(min_value=-8, max_value=-1))
     def redeliver(self, index: int, which: int) -> None:
@@ -353,17 +1059,15 @@ class ReconcilerMachine(RuleBasedStateMachine):
     def subscription(self, index: int, data: st.DataObject) -> None:
         """Subscribe to a channel not tracked, or unsubscribe from a tracked one."""
         client = self.client(index)
-        if not client.conn.connected:
+        if client.connection_state is not ClientState.OPEN:
             return
-        free = [
-            uri
-            for uri in CHANNELS
-            if uri not in client.rec.channels and uri not in client.subscribing
-        ]
-        if free and (not client.rec.channels or data.draw(st.booleans(), label="subscribe")):
-            client.subscribe(data.draw(st.sampled_from(free), label="channel"))
-        elif client.rec.channels:
-            client.unsubscribe(data.draw(st.sampled_from(client.rec.channels), label="channel"))
+        tracked = client.reconciler.channels
+        free = [uri for uri in CHANNELS if uri not in tracked and uri not in client.subscribing]
+        link = self.net.link(client)
+        if free and (not tracked or data.draw(st.booleans(), label="subscribe")):
+            link.send(client.subscribe(data.draw(st.sampled_from(free), label="channel")))
+        elif tracked:
+            link.send(client.unsubscribe(data.draw(st.sampled_from(tracked), label="channel")))
 
     @rule(
         index=CLIENT,
@@ -371,20 +1075,31 @@ class ReconcilerMachine(RuleBasedStateMachine):
         odds=st.integers(min_value=0, max_value=3),
     )
     def connection(self, index: int, what: str, odds: int) -> None:
-        """Drop the connection, or reconnect (dropping it first if it is up).
+        """Drop the link, or reconnect (dropping it first if it is up).
 
-        Only one draw in four acts, so that connections live long enough for
-        round trips to complete; a disconnected client may reconnect at once.
+        Only one draw in four acts on a live link, so that links live long
+        enough for round trips to complete; a dropped client may reconnect at
+        once.  ``snapshot`` first ages the replay buffer past the client.
         """
         client = self.client(index)
-        if odds != 3 and client.conn.connected:
+        link = self.net.link(client)
+        if odds != 3 and link.open:
             return
         if what == "disconnect":
-            client.disconnect()
+            link.drop()
         else:
-            client.reconnect(force_snapshot=what == "snapshot")
+            self.reconnect(client, snapshot=what == "snapshot")
 
-    @precondition(lambda self: bool(self.host.held))
+    def reconnect(self, client: Client, *, snapshot: bool) -> None:
+        if snapshot:
+            # more traffic than the buffer holds: the gap is older than its floor
+            for n in range(self.window + 1):
+                file = ChangesetFile(id=FILES[n % len(FILES)], edit=FileEdit())
+                self.host.dispatch(ELSEWHERE, ChangesetFileSetAction(file=file))
+            self.agent.after_input()
+        self.net.reconnect(client)
+
+    @precondition(lambda self: bool(self.host.held_actions))
     @rule(data=st.data(), odds=st.integers(min_value=0, max_value=3))
     def reconnect_holding(self, data: st.DataObject, odds: int) -> None:
         """Reconnect a client whose action the host holds: its answer will come late.
@@ -393,72 +1108,88 @@ class ReconcilerMachine(RuleBasedStateMachine):
         """
         if odds != 3:
             return
-        ids = sorted({client_id for client_id, _ in self.host.held})
+        ids = sorted({held.client_id for held in self.host.held_actions})
         client_id = data.draw(st.sampled_from(ids), label="client")
-        client = next(c for c in self.clients if c.id == client_id)
-        client.reconnect(force_snapshot=data.draw(st.booleans(), label="snapshot"))
+        client = next(c for c in self.clients if c.client_id == client_id)
+        self.reconnect(client, snapshot=data.draw(st.booleans(), label="snapshot"))
 
     # -- the host --
 
     @rule(index=CLIENT, count=st.integers(min_value=1, max_value=4))
     def host_process(self, index: int, count: int) -> None:
-        conn = self.client(index).conn
+        client = self.client(index)
         for _ in range(count):
-            self.host.process(conn)
+            self.to_host(client)
 
     @rule(count=st.integers(min_value=1, max_value=4))
     def pump(self, count: int) -> None:
         """The network catches up a little everywhere."""
         for client in self.clients:
             for _ in range(count):
-                self.host.process(client.conn)
+                self.to_host(client)
             for _ in range(count):
-                client.deliver()
+                self.net.deliver_to_client(client)
 
     @rule(channel=st.sampled_from(CHANNELS), choice=st.integers(min_value=0, max_value=19))
-    def agent(self, channel: str, choice: int) -> None:
-        self.host.agent_step(channel, choice)
+    def agent_step(self, channel: str, choice: int) -> None:
+        self.agent.step(channel, choice)
+        self.agent.after_input()
 
     @rule(channel=st.sampled_from([CHAT_A, CHAT_B]), choice=st.integers(min_value=0, max_value=1))
     def agent_asks(self, channel: str, choice: int) -> None:
-        self.host.agent_asks(channel, choice)
+        self.agent.asks(channel, choice)
+        self.agent.after_input()
 
-    @precondition(lambda self: CHAT_B in self.host.states)
+    @precondition(lambda self: self.host.has_channel(CHAT_B))
     @rule()
     def dispose_chat(self) -> None:
-        self.host.dispose(CHAT_B)
+        self.host.dispose_chat(CHAT_B)
+        self.agent.after_input()
 
     @rule()
     def quiesce(self) -> None:
-        quiesce(self.host, self.clients)
+        self.settle()
         for client in self.clients:
-            if client.conn.connected:
+            if client.connection_state is ClientState.OPEN:
                 client.check_quiescent()
 
     # -- properties --
 
     @invariant()
     def consistent(self) -> None:
+        history = self.world.history
+        history.sync()
+        for channel in CHANNELS:
+            if self.host.has_channel(channel):
+                pair = (history.latest(channel), self.host.state(channel))
+                last = self.verified.get(channel)
+                if last is not None and last[0] is pair[0] and last[1] is pair[1]:
+                    continue  # the very states already compared
+                assert pair[1] is not None
+                assert self.world.same(pair[0], pair[1]), channel
+                self.verified[channel] = pair
         for client in self.clients:
             client.check()
 
     def teardown(self) -> None:
-        if not hasattr(self, "host"):
+        if not hasattr(self, "net"):
             return
         for client in self.clients:
-            if not client.conn.connected:
-                client.reconnect(force_snapshot=False)
-        quiesce(self.host, self.clients)
+            if client.connection_state is ClientState.DISCONNECTED:
+                self.net.reconnect(client)
+        self.settle()
         # held actions are answered once no turn is active, late echoes included
-        self.host.finish_turns()
-        quiesce(self.host, self.clients)
-        assert not self.host.held
+        self.agent.finish_turns()
+        self.settle()
+        assert not self.host.held_actions
+        self.world.history.sync()
         for client in self.clients:
+            assert client.connection_state is ClientState.OPEN
             client.check_quiescent()
         # the session is never disposed: everyone subscribed to it agrees
         for client in self.clients:
-            if SESSION in client.rec.channels:
-                assert client.rec.confirmed(SESSION) == self.host.states[SESSION]
+            if SESSION in client.reconciler.channels:
+                assert client.confirmed(SESSION) == self.host.state(SESSION)
             for what in client.stats:
                 event(what)
 
@@ -488,6 +1219,7 @@ def _settings(scale: int) -> settings:
     )
 
 
+EXAMPLES_SCALE = 4
 TestReconcilerMachine = ReconcilerMachine.TestCase
 TestReconcilerMachine.settings = _settings(EXAMPLES_SCALE)
 TestMovingClockMachine = MovingClockMachine.TestCase

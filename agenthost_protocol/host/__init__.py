@@ -8,7 +8,16 @@ modules (``core``, ``connection``, ``events``, ``replay``, ``validation``,
 from __future__ import annotations
 
 from .connection import ConnectionState, HostConnection
-from .core import Host, ProtocolNotificationParams
+from .core import (
+    HOLD,
+    ClientAction,
+    Hold,
+    Host,
+    ProtocolNotificationParams,
+    Reject,
+    Review,
+    ReviewVerdict,
+)
 from .events import (
     ClientActionApplied,
     ClientRequestParams,
@@ -30,6 +39,12 @@ from .replay import ReplayBuffer, ReplayEntry
 from .validation import ValidationContext, validate
 
 __all__ = [
+    "HOLD",
+    "ClientAction",
+    "Hold",
+    "Reject",
+    "Review",
+    "ReviewVerdict",
     "ClientActionApplied",
     "ClientRequestParams",
     "ClientRequestResult",

@@ -16,16 +16,28 @@ Policies the spec leaves open (see ``docs/host.md``):
   and never reach a reducer.
 * An action for a channel that does not exist, or for a stateless channel,
   is ignored: no echo, no ``serverSeq``.
+* A valid client action goes to the embedder's ``review`` hook, if any,
+  before it is sequenced: applied (possibly rewritten), rejected, or held
+  until the embedder settles it (:meth:`Host.accept_held`,
+  :meth:`Host.reject_held`).
+* A ``subscribe`` with ``view.turns`` gets a chat snapshot trimmed to the
+  last turns; the host pages the rest to that client alone (``fetchTurns``
+  answered by the core), and sends it the hidden turns before any broadcast
+  that would need them.
+* Active clients that unsubscribe, reconnect without the session, or stay
+  away longer than ``active_client_grace_ms`` are removed when the embedder
+  calls :meth:`Host.expire_clients` (the core has no timer).
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections import OrderedDict, deque
-from collections.abc import Iterator, Sequence
-from typing import TypeAlias, cast
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from enum import Enum
+from typing import Final, Literal, TypeAlias, cast
 
-from attrs import evolve
+from attrs import evolve, frozen
 
 from .. import types as t
 from .. import wire
@@ -58,9 +70,18 @@ from .events import (
     ServerRequestResult,
 )
 from .replay import ReplayBuffer
-from .validation import ValidationContext, check_chat_source, validate
+from .validation import ValidationContext, check_chat_source, check_family, validate
 
-__all__ = ["Host", "ProtocolNotificationParams"]
+__all__ = [
+    "HOLD",
+    "ClientAction",
+    "Hold",
+    "Host",
+    "ProtocolNotificationParams",
+    "Reject",
+    "Review",
+    "ReviewVerdict",
+]
 
 ProtocolNotificationParams: TypeAlias = (
     t.SessionAddedParams
@@ -89,6 +110,63 @@ def encode_notification(method: str, params: ProtocolNotificationParams) -> byte
     return wire.dumps(t.JsonRpcNotification(method=method, params=params)).encode("utf-8")
 
 
+@frozen(kw_only=True)
+class ClientAction:
+    """A client's ``dispatchAction`` that passed the host's validation, not yet sequenced.
+
+    What the ``review`` hook sees, and what :meth:`Host.accept_held` and
+    :meth:`Host.reject_held` take back.
+    """
+
+    number: int
+    """Unique within the host, in order of arrival: tells apart two held actions
+    that look the same (a client that started afresh reuses its ``clientSeq``\\ s)."""
+    client_id: str
+    protocol_version: str
+    """The dispatching connection's negotiated version."""
+    channel: str
+    client_seq: int
+    action: t.StateAction
+
+    @property
+    def origin(self) -> t.ActionOrigin:
+        """The ``origin`` its envelope carries."""
+        return t.ActionOrigin(client_id=self.client_id, client_seq=self.client_seq)
+
+
+class Hold(Enum):
+    """The type of :data:`HOLD`."""
+
+    HOLD = "hold"
+
+
+HOLD: Final = Hold.HOLD
+"""A ``review`` verdict: the embedder keeps the action and settles it later."""
+
+
+@frozen
+class Reject:
+    """A ``review`` verdict: reject the action with ``reason`` (its ``rejectionReason``)."""
+
+    reason: str
+
+
+ReviewVerdict: TypeAlias = t.StateAction | Reject | Literal[Hold.HOLD]
+"""What ``review`` returns: the action to apply (the client's, or a rewrite of it),
+a :class:`Reject`, or :data:`HOLD`."""
+
+Review: TypeAlias = Callable[[ClientAction], ReviewVerdict]
+"""The embedder's hook on valid client actions (``Host(review=...)``)."""
+
+_TOOL_CALLS_IN_FLIGHT = (
+    t.ToolCallRunningState,
+    t.ToolCallAuthRequiredState,
+    t.ToolCallPendingConfirmationState,
+)
+"""The states of a client tool call a removed client can no longer finish
+(and that ``chat/toolCallComplete`` can end)."""
+
+
 class Host:
     """The authoritative state of every channel and one :class:`HostConnection` per transport.
 
@@ -106,6 +184,9 @@ class Host:
         replay_max_envelopes: int = 10_000,
         replay_max_bytes: int = 16 * 1024 * 1024,
         remembered_clients: int = 1024,
+        remembered_clients_max_age_ms: int | None = 24 * 60 * 60 * 1000,
+        active_client_grace_ms: int | None = 60_000,
+        review: Review | None = None,
         list_page_size: int = 100,
         default_directory: str | None = None,
         completion_trigger_characters: tuple[str, ...] | None = None,
@@ -114,6 +195,12 @@ class Host:
     ) -> None:
         if remembered_clients < 0 or list_page_size < 1:
             raise LocalProtocolError("remembered_clients >= 0 and list_page_size >= 1 please")
+        for name, value in (
+            ("remembered_clients_max_age_ms", remembered_clients_max_age_ms),
+            ("active_client_grace_ms", active_client_grace_ms),
+        ):
+            if value is not None and value < 0:
+                raise LocalProtocolError(f"{name} must not be negative")
         # fail now, not at the first initialize, on a malformed supported list
         with contextlib.suppress(VersionNegotiationFailed):
             negotiate_protocol_version(["0.0.0"], supported_versions)
@@ -130,8 +217,12 @@ class Host:
         self._replay = ReplayBuffer(
             max_envelopes=replay_max_envelopes, max_bytes=replay_max_bytes
         )
-        self._clients: OrderedDict[str, str] = OrderedDict()
-        self._remembered = remembered_clients
+        self._clients = sessions.ClientBook(remembered_clients, remembered_clients_max_age_ms)
+        self._grace = active_client_grace_ms
+        self._review = review
+        self._held: dict[int, tuple[ClientAction, HostConnection]] = {}
+        self._actions = 0
+        self._views = sessions.ViewBook()
         self._numbers = 0
         self._default_directory = default_directory
         self._completion_trigger_characters = completion_trigger_characters
@@ -169,8 +260,18 @@ class Host:
         return self._states[uri]
 
     def remembered_version(self, client_id: str) -> str | None:
-        """The version ``client_id`` negotiated, if it is still remembered for ``reconnect``."""
-        return self._clients.get(client_id)
+        """The version ``client_id`` negotiated, if it is still remembered for ``reconnect``.
+
+        An entry past ``remembered_clients_max_age_ms`` is forgotten on the way.
+        """
+        return self._clients.version(
+            client_id, self._clock(), connected=self._connected(client_id)
+        )
+
+    @property
+    def held_actions(self) -> tuple[ClientAction, ...]:
+        """The client actions ``review`` held and the embedder has not settled, oldest first."""
+        return tuple(held for held, _ in self._held.values())
 
     def now(self) -> int:
         """The injected clock."""
@@ -199,21 +300,43 @@ class Host:
     def _close(self, conn: HostConnection, reason: str) -> None:
         if conn.state is ConnectionState.CLOSED:
             return
+        was_open = conn.state is ConnectionState.OPEN
         conn.state = ConnectionState.CLOSED
         for uri in conn.subscriptions:
             self._subscribers.get(uri, {}).pop(conn, None)
         conn._subscriptions.clear()
         conn._pending.clear()
         self._connections.pop(conn, None)
+        client_id, version = conn.client_id, conn.protocol_version
+        if was_open and client_id is not None and version is not None:
+            now = self._clock()
+            # the reconnect window opens when the client goes away, not when it came
+            self._remember(client_id, version, now)
+            if (
+                self._grace is not None
+                and not self._connected(client_id)
+                and self._active_in(client_id)
+            ):
+                self._clients.due_at(client_id, None, now + self._grace)
         self._events.append(ConnectionClosed(connection=conn, reason=reason))
 
-    def _remember(self, client_id: str, version: str) -> None:
-        if self._remembered == 0:
-            return
-        self._clients[client_id] = version
-        self._clients.move_to_end(client_id)
-        while len(self._clients) > self._remembered:
-            self._clients.popitem(last=False)
+    def _connected(self, client_id: str, channel: str | None = None) -> bool:
+        """Whether ``client_id`` has an open connection (subscribed to ``channel``, if given)."""
+        return any(
+            conn.client_id == client_id
+            and conn.state is ConnectionState.OPEN
+            and (channel is None or channel in conn._subscriptions)
+            for conn in self._connections
+        )
+
+    def _active_in(self, client_id: str) -> list[str]:
+        """The sessions whose ``activeClients`` list ``client_id``."""
+        return [
+            uri
+            for uri, state in self._states.items()
+            if isinstance(state, t.SessionState)
+            and any(active.client_id == client_id for active in state.active_clients)
+        ]
 
     # -- channels --
 
@@ -240,6 +363,7 @@ class Host:
         for conn in self._subscribers.pop(uri, {}):
             conn._subscriptions.pop(uri, None)
         self._sessions.forget_channel(uri)
+        self._views.drop_chat(uri)
 
     def snapshot(self, uri: str) -> t.Snapshot | None:
         """A snapshot of stateful channel ``uri`` as of now (``None`` if stateless)."""
@@ -264,8 +388,19 @@ class Host:
         action: t.StateAction,
         origin: t.ActionOrigin | None,
     ) -> t.ActionEnvelope:
-        self._states[channel] = reduce(channel, state, action, now=self._clock)
-        return self._sequence(channel, action, origin, None, None)
+        if isinstance(state, t.ChatState) and isinstance(
+            action, t.ChatTurnsLoadedAction | t.ChatTruncatedAction
+        ):
+            self._unhide(channel, state, action)
+        new = reduce(channel, state, action, now=self._clock)
+        self._states[channel] = new
+        envelope = self._sequence(channel, action, origin, None, None)
+        if isinstance(new, t.ChatState) and not new.turns:
+            # nothing is left to hide (``chat/truncated`` without a turn)
+            self._views.drop_chat(channel)
+        elif isinstance(new, t.TerminalState) and new is not state:
+            self._sync_terminal(channel, new)
+        return envelope
 
     def _sequence(
         self,
@@ -273,8 +408,14 @@ class Host:
         action: t.StateAction,
         origin: t.ActionOrigin | None,
         rejection: str | None,
-        only: HostConnection | None,
+        only_to: str | None,
     ) -> t.ActionEnvelope:
+        """Give ``action`` the next ``serverSeq``, record it and send it.
+
+        ``only_to`` addresses the envelope to one client (a rejection, a page
+        of a view): its subscribed connections get it, a reconnect of that
+        client replays it, nobody else hears of it.
+        """
         self._seq += 1
         envelope = t.ActionEnvelope(
             channel=channel,
@@ -284,15 +425,14 @@ class Host:
             rejection_reason=rejection,
         )
         data = encode_envelope(envelope)
-        only_to = origin.client_id if rejection is not None and origin is not None else None
         self._replay.append(envelope, size=len(data), only_to=only_to)
         subscribers = self._subscribers.get(channel, {})
-        if only is None:
+        if only_to is None:
             recipients: tuple[HostConnection, ...] = tuple(subscribers)
         else:
             # a client's reconciler refuses envelopes of channels it does not
             # track, so a dispatcher that is not subscribed learns nothing
-            recipients = (only,) if only in subscribers else ()
+            recipients = tuple(conn for conn in subscribers if conn.client_id == only_to)
         known: dict[str | None, bool] = {}
         for conn in recipients:
             version = conn.protocol_version
@@ -402,6 +542,8 @@ class Host:
             self._reconnect(conn, request_id, params)
         elif isinstance(params, t.SubscribeParams):
             self._subscribe(conn, request_id, params)
+        elif isinstance(params, t.FetchTurnsParams) and self._page_view(conn, request_id, params):
+            pass  # a page of the turns a view hid: the core's own cursor, the core's answer
         else:
             responder: Responder[ClientRequestResult | None] = Responder(
                 conn, request_id, method
@@ -422,6 +564,16 @@ class Host:
         if isinstance(params, t.UnsubscribeParams):
             conn._subscriptions.pop(params.channel, None)
             self._subscribers.get(params.channel, {}).pop(conn, None)
+            client_id = conn.client_id
+            session = self._states.get(params.channel)
+            if client_id is not None and not self._connected(client_id, params.channel):
+                self._views.drop(client_id, params.channel)
+                if isinstance(session, t.SessionState) and any(
+                    active.client_id == client_id for active in session.active_clients
+                ):
+                    # leaving the session's channel is leaving the session (the
+                    # customizations guide); due at once, done by expire_clients
+                    self._clients.due_at(client_id, params.channel, self._clock())
         elif isinstance(params, t.DispatchActionParams):
             self._client_action(conn, params)
 
@@ -437,6 +589,8 @@ class Host:
             self._close(conn, "unsupported protocol version")
             return
         self._open(conn, params.client_id, version)
+        # a fresh start: whatever views the client had are gone with its state
+        self._views.drop_client(params.client_id)
         snapshots = []
         for uri in params.initial_subscriptions or ():
             if uri in self._states:
@@ -463,7 +617,13 @@ class Host:
         conn.state = ConnectionState.OPEN
         conn.client_id = client_id
         conn.protocol_version = version
-        self._remember(client_id, version)
+        self._remember(client_id, version, self._clock())
+        self._clients.cancel(client_id, None)
+
+    def _remember(self, client_id: str, version: str, now: int) -> None:
+        for forgotten in self._clients.remember(client_id, version, now):
+            # it can only initialize afresh now, which would drop them anyway
+            self._views.drop_client(forgotten)
 
     def _subscribe_to(self, conn: HostConnection, uri: str) -> None:
         conn._subscriptions[uri] = None
@@ -479,7 +639,9 @@ class Host:
                 return
             version = conn.protocol_version
         else:
-            version = self._clients.get(params.client_id)
+            version = self._clients.version(
+                params.client_id, self._clock(), connected=self._connected(params.client_id)
+            )
         if version is None:
             conn._send_error(request_id, JsonRpcErrorCode.INVALID_PARAMS,
                              f"unknown clientId {params.client_id!r}: send initialize", None)
@@ -504,7 +666,10 @@ class Host:
             )
             missing = tuple(uri for uri in params.subscriptions if uri not in self._states)
             result = t.ReconnectReplayResult(actions=actions, missing=missing)
+            # the client keeps its trimmed chats (and gets the pages sent meanwhile)
+            self._views.drop_client(params.client_id, keep=conn._subscriptions.__contains__)
         else:
+            self._views.drop_client(params.client_id)
             snapshots = []
             for uri in live:
                 snapshot = self.snapshot(uri)
@@ -515,6 +680,12 @@ class Host:
                     snapshots.append(snapshot)
             result = t.ReconnectSnapshotResult(snapshots=tuple(snapshots))
         conn._send_result(request_id, result)
+        listed = set(params.subscriptions)
+        now = self._clock()
+        for session in self._active_in(params.client_id):
+            if session not in listed:
+                # back, but not in this session: it left it (the customizations guide)
+                self._clients.due_at(params.client_id, session, now)
         self._events.append(Reconnected(
             connection=conn, client_id=params.client_id, protocol_version=version,
             replayed=replayed,
@@ -528,28 +699,185 @@ class Host:
             conn._send_error(request_id, AhpErrorCode.NOT_FOUND, f"no channel {uri!r}", None)
             return
         self._subscribe_to(conn, uri)
-        conn._send_result(request_id, t.SubscribeResult(snapshot=self.snapshot(uri)))
+        snapshot = self.snapshot(uri)
+        client_id = conn.client_id
+        if client_id is not None:
+            self._views.drop(client_id, uri)
+            if snapshot is not None and params.view is not None:
+                snapshot = self._trimmed(client_id, snapshot, params.view)
+        conn._send_result(request_id, t.SubscribeResult(snapshot=snapshot))
+
+    def _trimmed(self, client_id: str, snapshot: t.Snapshot, view: t.SubscribeView) -> t.Snapshot:
+        """``snapshot`` of a chat cut to the last ``view.turns`` turns, the cut recorded.
+
+        The spec's view is advisory: other channels, and chats no longer than
+        asked, are snapshotted whole.
+        """
+        state, keep = snapshot.state, view.turns
+        if not isinstance(state, t.ChatState) or keep is None or not 0 <= keep < len(state.turns):
+            return snapshot
+        hidden = len(state.turns) - keep
+        recorded = self._views.set(
+            client_id, snapshot.resource, hidden=hidden, page=max(keep, 1)
+        )
+        trimmed = evolve(state, turns=state.turns[hidden:], turns_next_cursor=recorded.cursor)
+        return evolve(snapshot, state=trimmed)
+
+    def _page_view(
+        self, conn: HostConnection, request_id: t.JsonRpcId, params: t.FetchTurnsParams
+    ) -> bool:
+        """Answer a ``fetchTurns`` of turns a view hid from this client; ``False`` if not one."""
+        client_id = conn.client_id
+        view = None if client_id is None else self._views.get(client_id, params.channel)
+        state = self._states.get(params.channel)
+        if (
+            client_id is None
+            or view is None
+            or params.cursor not in (None, view.cursor)
+            or not isinstance(state, t.ChatState)
+        ):
+            return False
+        self._send_hidden(params.channel, state, client_id, view, min(view.page, view.hidden))
+        conn._send_result(request_id, t.FetchTurnsResult())
+        return True
+
+    def _send_hidden(
+        self, chat: str, state: t.ChatState, client_id: str, view: sessions.View, count: int
+    ) -> None:
+        """Send ``client_id`` the ``count`` newest of the turns its view hides, as its own
+        ``chat/turnsLoaded``: the host's state has them already, so it is not reduced."""
+        left = view.hidden - count
+        turns = state.turns[left : view.hidden]
+        if left:
+            cursor: str | None = self._views.set(
+                client_id, chat, hidden=left, page=view.page
+            ).cursor
+        else:
+            self._views.drop(client_id, chat)
+            cursor = state.turns_next_cursor
+        loaded = t.ChatTurnsLoadedAction(turns=turns, turns_next_cursor=cursor)
+        self._sequence(chat, loaded, None, None, client_id)
+
+    def _unhide(
+        self,
+        chat: str,
+        state: t.ChatState,
+        action: t.ChatTurnsLoadedAction | t.ChatTruncatedAction,
+    ) -> None:
+        """Before ``action`` goes to everyone, give each trimmed client the turns it needs.
+
+        ``chat/turnsLoaded`` prepends to the turns a client holds, and
+        ``chat/truncated`` of a turn the client does not hold would do nothing
+        there: either would leave its state apart from the host's.
+        """
+        for client_id, view in self._views.of_chat(chat):
+            if isinstance(action, t.ChatTruncatedAction) and not any(
+                turn.id == action.turn_id for turn in state.turns[: view.hidden]
+            ):
+                continue
+            self._send_hidden(chat, state, client_id, view, view.hidden)
 
     def _client_action(self, conn: HostConnection, params: t.DispatchActionParams) -> None:
         state = self._states.get(params.channel)
         if state is None or conn.client_id is None or conn.protocol_version is None:
             return
-        origin = t.ActionOrigin(client_id=conn.client_id, client_seq=params.client_seq)
-        session = self._session_of(params.channel, state)
-        ctx = ValidationContext(
+        self._actions += 1
+        pending = ClientAction(
+            number=self._actions,
             client_id=conn.client_id,
-            version=conn.protocol_version,
+            protocol_version=conn.protocol_version,
+            channel=params.channel,
+            client_seq=params.client_seq,
+            action=params.action,
+        )
+        self._settle(conn, pending, state, None, review=True)
+
+    def _settle(
+        self,
+        conn: HostConnection,
+        pending: ClientAction,
+        state: t.SnapshotState,
+        rewrite: t.StateAction | None,
+        *,
+        review: bool,
+    ) -> t.ActionEnvelope | None:
+        """Validate ``pending`` against ``state``, ask ``review`` if asked to, then reject,
+        hold or apply it (as ``rewrite``, if given).  ``None``: held."""
+        channel = pending.channel
+        session = self._session_of(channel, state)
+        ctx = ValidationContext(
+            client_id=pending.client_id,
+            version=pending.protocol_version,
             session=session,
             capabilities=self._capabilities(session),
         )
-        reason = validate(params.channel, state, params.action, ctx)
+        reason = validate(channel, state, pending.action, ctx)
+        action = pending.action if rewrite is None else rewrite
+        if reason is None and review and self._review is not None:
+            verdict = self._review(pending)
+            current = self._states.get(channel)
+            if current is None:
+                return None  # the hook removed the channel: ignored, as for any gone channel
+            # read again: the hook may have dispatched on this channel meanwhile
+            state = current
+            if verdict is HOLD:
+                self._held[pending.number] = (pending, conn)
+                return None
+            if isinstance(verdict, Reject):
+                reason = verdict.reason
+            else:
+                action = verdict
         if reason is not None:
-            self._sequence(params.channel, params.action, origin, reason, conn)
-        else:
-            envelope = self._apply(params.channel, state, params.action, origin)
-            # the embedder's agent reacts to client actions (a turn started, a
-            # tool call confirmed) after they are applied, in sequence order
-            self._events.append(ClientActionApplied(connection=conn, envelope=envelope))
+            # the rejection carries what the client sent: its reconciler matches on it
+            return self._sequence(channel, pending.action, pending.origin, reason,
+                                  pending.client_id)
+        if action is not pending.action and check_family(channel, state, action) is not None:
+            raise LocalProtocolError(f"{action.type} is not an action of {channel!r}")
+        envelope = self._apply(channel, state, action, pending.origin)
+        # the embedder's agent reacts to client actions (a turn started, a
+        # tool call confirmed) after they are applied, in sequence order
+        self._events.append(ClientActionApplied(connection=conn, envelope=envelope))
+        return envelope
+
+    def accept_held(
+        self, held: ClientAction, action: t.StateAction | None = None
+    ) -> t.ActionEnvelope | None:
+        """Settle an action ``review`` held: apply it (or ``action``, a rewrite of it).
+
+        The host's rules run again first, on the state as it is now: if they
+        reject the client's action, the returned envelope is its rejection.
+        Returns ``None`` when the channel is gone meanwhile (ignored, no
+        echo).  Raises ``LocalProtocolError`` for an action not held (or
+        already settled) and for a rewrite of another channel's family.
+        """
+        state = self._states.get(held.channel)
+        if state is not None and action is not None and check_family(
+            held.channel, state, action
+        ) is not None:
+            raise LocalProtocolError(f"{action.type} is not an action of {held.channel!r}")
+        conn = self._take_held(held)
+        if state is None:
+            return None
+        return self._settle(conn, held, state, action, review=False)
+
+    def reject_held(self, held: ClientAction, reason: str) -> t.ActionEnvelope | None:
+        """Settle an action ``review`` held by rejecting it with ``reason``.
+
+        The rejection goes to that client's connections subscribed to the
+        channel, now or (replayed) at its reconnect.  ``None`` when the
+        channel is gone; ``LocalProtocolError`` for an action not held.
+        """
+        self._take_held(held)
+        if self._states.get(held.channel) is None:
+            return None
+        return self._sequence(held.channel, held.action, held.origin, reason, held.client_id)
+
+    def _take_held(self, held: ClientAction) -> HostConnection:
+        entry = self._held.get(held.number)
+        if entry is None or entry[0] != held:
+            raise LocalProtocolError(f"action #{held.number} is not held (or already settled)")
+        del self._held[held.number]
+        return entry[1]
 
     def _session_of(self, uri: str, state: t.SnapshotState) -> t.SessionState | None:
         if isinstance(state, t.SessionState):
@@ -641,6 +969,12 @@ class Host:
         directories; a side chat records its origin.  Returns the new chat's
         state, or ``None`` when the request was refused; starting a turn for
         ``initialMessage`` is the agent's business.
+
+        The spec has the host load older turns before a source names a turn
+        outside the loaded window; the core cannot read the embedder's
+        storage, so while :meth:`older_turns_to_load` names a cursor for this
+        request this raises ``LocalProtocolError``: load that page
+        (``chat/turnsLoaded`` with :meth:`dispatch`), then call again.
         """
         params = event.params
         if not isinstance(params, t.CreateChatParams):
@@ -657,6 +991,12 @@ class Host:
             return None
         chats = {chat.resource: chat for chat in self._chat_states(session)}
         source = params.source
+        needed = self.older_turns_to_load(event)
+        if needed is not None:
+            raise LocalProtocolError(
+                f"load the turns of {needed[0]!r} before cursor {needed[1]!r} first "
+                "(chat/turnsLoaded), then answer createChat"
+            )
         reason = check_chat_source(
             session, params.chat, source, chats, self._capabilities(session),
             working_directories=params.working_directories,
@@ -758,6 +1098,275 @@ class Host:
             params.channel, t.ChatTurnsLoadedAction(turns=turns, turns_next_cursor=next_cursor)
         )
         event.responder.respond(t.FetchTurnsResult())
+
+    def older_turns_cursor(self, chat: str, turn_id: str | None = None) -> str | None:
+        """The ``turnsNextCursor`` to load from before an operation on ``turn_id`` of ``chat``.
+
+        ``None`` when nothing needs loading: ``turn_id`` is loaded (or active),
+        or the chat has no older turns.  Without ``turn_id``: whenever older
+        turns remain (what a fork, which copies the whole history, needs).
+        The spec has the host load them eagerly before a fork, a side-chat
+        source or a truncation names a turn outside the loaded window; only
+        the embedder can read them (then :meth:`dispatch` ``chat/turnsLoaded``).
+        Raises ``LocalProtocolError`` if ``chat`` is not a chat.
+        """
+        state = self._states.get(chat)
+        if not isinstance(state, t.ChatState):
+            raise LocalProtocolError(f"no chat {chat!r}")
+        cursor = state.turns_next_cursor
+        if cursor is None or turn_id is None:
+            return cursor
+        if any(turn.id == turn_id for turn in state.turns) or (
+            state.active_turn is not None and state.active_turn.id == turn_id
+        ):
+            return None
+        return cursor
+
+    def older_turns_to_load(self, event: RequestReceived) -> tuple[str, str] | None:
+        """``(chat, cursor)`` to load before answering ``event``, or ``None``.
+
+        For ``createChat``: a fork needs its source's whole history (the
+        copy would silently lack the unloaded turns), a side chat its source
+        turn.  Other requests need nothing.
+        """
+        params = event.params
+        if not isinstance(params, t.CreateChatParams) or params.source is None:
+            return None
+        source = params.source
+        if not isinstance(self._states.get(source.chat), t.ChatState):
+            return None  # answer_create_chat refuses an unknown source
+        turn = None if isinstance(source, t.ForkChatSource) else source.turn_id
+        cursor = self.older_turns_cursor(source.chat, turn)
+        return None if cursor is None else (source.chat, cursor)
+
+    # -- chats and terminals --
+
+    def dispose_chat(self, uri: str) -> None:
+        """Remove chat ``uri`` and its channel; ``session/chatRemoved`` on its session."""
+        state = self._states.get(uri)
+        if not isinstance(state, t.ChatState):
+            raise LocalProtocolError(f"no chat {uri!r}")
+        # the helpers' record first; a chat added by hand is found in a catalogue
+        owner = self._sessions.owner_of(uri) or next(
+            (
+                session
+                for session, candidate in self._states.items()
+                if isinstance(candidate, t.SessionState)
+                and any(chat.resource == uri for chat in candidate.chats)
+            ),
+            None,
+        )
+        self.remove_channel(uri)
+        if isinstance(self._states.get(owner or ""), t.SessionState):
+            assert owner is not None
+            self.dispatch(owner, t.SessionChatRemovedAction(chat=uri))
+
+    def answer_dispose_chat(self, event: RequestReceived) -> bool:
+        """Answer ``disposeChat``: :meth:`dispose_chat`, or ``NotFound`` (-32008).
+
+        Returns whether the chat was disposed (stopping its agent is the embedder's).
+        """
+        params = event.params
+        if not isinstance(params, t.DisposeChatParams):
+            raise LocalProtocolError(f"{event.method} is not disposeChat")
+        if not isinstance(self._states.get(params.channel), t.ChatState):
+            event.responder.error(AhpErrorCode.NOT_FOUND, f"no chat {params.channel!r}")
+            return False
+        self.dispose_chat(params.channel)
+        event.responder.respond(None)
+        return True
+
+    def create_terminal(
+        self,
+        uri: str,
+        *,
+        claim: t.TerminalClaim,
+        title: str = "",
+        cwd: str | None = None,
+        cols: int | None = None,
+        rows: int | None = None,
+    ) -> t.TerminalState:
+        """Add terminal ``uri`` with no output yet and list it in the root's ``terminals``.
+
+        The root's subscribers get ``root/terminalsChanged``; from then on the
+        host keeps the catalogue entry in step with the terminal's title,
+        claim and exit code.  Starting the pty is the embedder's business.
+        """
+        state = sessions.new_terminal(claim, title, cwd, cols, rows)
+        self.add_channel(uri, state)
+        root = self._root()
+        listed = tuple(info for info in root.terminals or () if info.resource != uri)
+        entry = sessions.terminal_info(uri, state)
+        self.dispatch(ROOT_CHANNEL, t.RootTerminalsChangedAction(terminals=(*listed, entry)))
+        return state
+
+    def dispose_terminal(self, uri: str) -> None:
+        """Remove terminal ``uri`` and its catalogue entry (``root/terminalsChanged``)."""
+        if not isinstance(self._states.get(uri), t.TerminalState):
+            raise LocalProtocolError(f"no terminal {uri!r}")
+        self.remove_channel(uri)
+        root = self._root()
+        listed = tuple(info for info in root.terminals or () if info.resource != uri)
+        if listed != (root.terminals or ()):
+            self.dispatch(ROOT_CHANNEL, t.RootTerminalsChangedAction(terminals=listed))
+
+    def answer_create_terminal(self, event: RequestReceived) -> t.TerminalState | None:
+        """Answer ``createTerminal``: check it, :meth:`create_terminal`, answer ``null``.
+
+        Errors: ``AlreadyExists`` (-32010) for a URI in use, ``InvalidParams``
+        for a URI that is not a terminal's, a client claim naming another
+        client, or a claim of an unknown kind; ``SessionNotFound`` (-32001)
+        for a session claim of an unknown session.  Returns the terminal's
+        state (start its pty from it), or ``None`` when refused.
+        """
+        params = event.params
+        if not isinstance(params, t.CreateTerminalParams):
+            raise LocalProtocolError(f"{event.method} is not createTerminal")
+        uri, claim = params.channel, params.claim
+        if uri in self._states:
+            event.responder.error(AhpErrorCode.ALREADY_EXISTS, f"{uri!r} exists")
+            return None
+        if channel_kind(uri) is not ChannelKind.TERMINAL:
+            event.responder.error(JsonRpcErrorCode.INVALID_PARAMS, "not a terminal URI")
+            return None
+        if isinstance(claim, t.TerminalClientClaim):
+            if claim.client_id != event.connection.client_id:
+                event.responder.error(
+                    JsonRpcErrorCode.INVALID_PARAMS, "a client claims terminals for itself only"
+                )
+                return None
+        elif isinstance(claim, t.TerminalSessionClaim):
+            if not isinstance(self._states.get(claim.session), t.SessionState):
+                event.responder.error(
+                    AhpErrorCode.SESSION_NOT_FOUND, f"no session {claim.session!r}"
+                )
+                return None
+        else:
+            event.responder.error(JsonRpcErrorCode.INVALID_PARAMS, "unknown claim kind")
+            return None
+        state = self.create_terminal(
+            uri, claim=claim, title=params.name or "", cwd=params.cwd,
+            cols=params.cols, rows=params.rows,
+        )
+        event.responder.respond(None)
+        return state
+
+    def answer_dispose_terminal(self, event: RequestReceived) -> bool:
+        """Answer ``disposeTerminal``: :meth:`dispose_terminal`, or ``NotFound`` (-32008).
+
+        Returns whether it was disposed (killing the pty is the embedder's).
+        """
+        params = event.params
+        if not isinstance(params, t.DisposeTerminalParams):
+            raise LocalProtocolError(f"{event.method} is not disposeTerminal")
+        if not isinstance(self._states.get(params.channel), t.TerminalState):
+            event.responder.error(AhpErrorCode.NOT_FOUND, f"no terminal {params.channel!r}")
+            return False
+        self.dispose_terminal(params.channel)
+        event.responder.respond(None)
+        return True
+
+    def _root(self) -> t.RootState:
+        root = self._states[ROOT_CHANNEL]
+        assert isinstance(root, t.RootState)  # add_channel never replaces the root
+        return root
+
+    def _sync_terminal(self, uri: str, state: t.TerminalState) -> None:
+        """Keep the root catalogue entry of terminal ``uri`` in step with its state."""
+        root = self._root()
+        listed = root.terminals or ()
+        entry = sessions.terminal_info(uri, state)
+        index = next((i for i, info in enumerate(listed) if info.resource == uri), None)
+        if index is None or listed[index] == entry:
+            return
+        terminals = (*listed[:index], entry, *listed[index + 1 :])
+        self.dispatch(ROOT_CHANNEL, t.RootTerminalsChangedAction(terminals=terminals))
+
+    # -- active clients and remembered clients --
+
+    def remove_active_client(
+        self, session: str, client_id: str, *, message: str = "the client left the session"
+    ) -> tuple[t.ActionEnvelope, ...]:
+        """Remove ``client_id`` from session ``session``'s active clients, and what was its.
+
+        In this order: its unfinished client tool calls in the session's chats
+        end with ``chat/toolCallComplete`` (``success: false``, ``message``),
+        the session's ``inputNeeded`` entries asking it to execute a tool go
+        (``session/inputNeededRemoved``), the customizations it contributed go
+        (``session/customizationRemoved``), then ``session/activeClientRemoved``.
+        Returns the envelopes, so the embedder's agent learns of the failed
+        calls.  Raises ``LocalProtocolError`` if ``session`` is not a session.
+        """
+        state = self._session_state(session)
+        out: list[t.ActionEnvelope] = []
+        chats = dict.fromkeys([c.resource for c in state.chats]
+                              + list(self._sessions.chats_of(session)))
+        for chat in chats:
+            chat_state = self._states.get(chat)
+            turn = chat_state.active_turn if isinstance(chat_state, t.ChatState) else None
+            if turn is None:
+                continue
+            for part in turn.response_parts:
+                call = part.tool_call if isinstance(part, t.ToolCallResponsePart) else None
+                contributor = getattr(call, "contributor", None)
+                if (
+                    isinstance(call, _TOOL_CALLS_IN_FLIGHT)
+                    and isinstance(contributor, t.ToolCallClientContributor)
+                    and contributor.client_id == client_id
+                ):
+                    result = t.ToolCallResult(success=False, past_tense_message=message)
+                    out.append(self.dispatch(chat, t.ChatToolCallCompleteAction(
+                        turn_id=turn.id, tool_call_id=call.tool_call_id, result=result,
+                    )))
+        for request in self._session_state(session).input_needed or ():
+            if (
+                isinstance(request, t.SessionToolClientExecutionRequest)
+                and request.client_id == client_id
+            ):
+                out.append(self.dispatch(
+                    session, t.SessionInputNeededRemovedAction(id=request.id)
+                ))
+        for customization in self._session_state(session).customizations or ():
+            if getattr(customization, "client_id", None) == client_id:
+                out.append(self.dispatch(session, t.SessionCustomizationRemovedAction(
+                    id=getattr(customization, "id", ""),
+                )))
+        out.append(self.dispatch(session, t.SessionActiveClientRemovedAction(client_id=client_id)))
+        return tuple(out)
+
+    def expire_clients(self) -> tuple[t.ActionEnvelope, ...]:
+        """Do what is due by the clock: the core has no timer, so call this on yours.
+
+        * An active client (in a session's ``activeClients``) is removed with
+          :meth:`remove_active_client` when it unsubscribed from the session,
+          reconnected without it, or has had no open connection for
+          ``active_client_grace_ms`` (the spec's grace period; ``None``: never
+          for that reason).  Each condition is checked again now, so a client
+          that came back in time stays.
+        * Remembered clients idle for longer than
+          ``remembered_clients_max_age_ms`` are forgotten (with their views).
+
+        Returns the envelopes dispatched.  :meth:`next_deadline` says when
+        there will next be something to do.
+        """
+        now = self._clock()
+        out: list[t.ActionEnvelope] = []
+        for client_id, session in self._clients.take_due(now):
+            targets = self._active_in(client_id)
+            if session is not None:
+                targets = [uri for uri in targets if uri == session]
+            for uri in targets:
+                if not self._connected(client_id, uri if session is not None else None):
+                    out.extend(self.remove_active_client(uri, client_id))
+        for client_id in self._clients.prune(now, self._connected):
+            self._views.drop_client(client_id)
+        return tuple(out)
+
+    def next_deadline(self) -> int | None:
+        """The earliest epoch ms at which :meth:`expire_clients` may have work, or ``None``."""
+        times = [x for x in (self._clients.next_due(), self._clients.oldest_expiry())
+                 if x is not None]
+        return min(times, default=None)
 
     def _is_ready(self, uri: str) -> bool:
         state = self._states.get(uri)

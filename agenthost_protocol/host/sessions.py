@@ -1,19 +1,38 @@
-"""Session and chat bookkeeping for the host's helpers.
+"""Session, chat, client and view bookkeeping for the host.
 
-Pure pieces: new session and chat states, summaries, and :class:`SessionBook`,
-which remembers what the state does not hold (when a session was created,
-which session owns a chat, the order in which ``listSessions`` pages them).
+Pure pieces: new session, chat and terminal states, summaries, and the books
+that remember what the channel states do not hold: :class:`SessionBook`
+(when a session was created, which session owns a chat, the order in which
+``listSessions`` pages them), :class:`ClientBook` (the version each client
+negotiated, for ``reconnect``, and when an active client's removal is due)
+and :class:`ViewBook` (the chat turns a ``subscribe`` view left out of a
+client's snapshot).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+
+from attrs import frozen
 
 from .. import types as t
 from ..errors import InvalidParams
 from ..reducers._clock import iso_timestamp
 
-__all__ = ["SessionBook", "chat_summary", "iso", "new_chat", "new_session", "summary_of"]
+__all__ = [
+    "ClientBook",
+    "SessionBook",
+    "View",
+    "ViewBook",
+    "chat_summary",
+    "iso",
+    "new_chat",
+    "new_session",
+    "new_terminal",
+    "summary_of",
+    "terminal_info",
+]
 
 
 def iso(ms: int) -> str:
@@ -44,6 +63,24 @@ def new_chat(uri: str, title: str, modified_at: str) -> t.ChatState:
     """An idle chat with no turns."""
     return t.ChatState(
         resource=uri, title=title, status=t.SessionStatus.IDLE, modified_at=modified_at, turns=()
+    )
+
+
+def new_terminal(
+    claim: t.TerminalClaim,
+    title: str,
+    cwd: str | None,
+    cols: int | None,
+    rows: int | None,
+) -> t.TerminalState:
+    """A terminal with no output yet."""
+    return t.TerminalState(title=title, cwd=cwd, cols=cols, rows=rows, content=(), claim=claim)
+
+
+def terminal_info(uri: str, state: t.TerminalState) -> t.TerminalInfo:
+    """The root catalogue entry of terminal ``uri``."""
+    return t.TerminalInfo(
+        resource=uri, title=state.title, claim=state.claim, exit_code=state.exit_code
     )
 
 
@@ -142,3 +179,161 @@ class SessionBook:
         page = rest[:size]
         next_cursor = str(page[-1][0]) if len(rest) > size else None
         return [uri for _, uri in page], next_cursor
+
+
+class ClientBook:
+    """The clients a host remembers, and the active-client removals it owes.
+
+    *Remembered clients*: ``clientId`` to the negotiated version and the time
+    it was last touched (a handshake, or the close of one of its
+    connections), least recently touched first.  At most ``capacity`` are
+    kept; with ``max_age_ms``, an entry older than that is forgotten when it
+    is looked up or pruned.  A client forgotten must ``initialize`` again.
+
+    *Due removals*: ``(clientId, session)`` to the time from which the host
+    should remove that client from the session's ``activeClients``
+    (``session`` ``None``: from every session it is active in).  The host
+    checks the condition again when the time comes, so an entry is only a
+    candidate; each entry names a client that was active somewhere when it
+    was recorded, which bounds the table by the sessions' own state.
+    """
+
+    def __init__(self, capacity: int, max_age_ms: int | None) -> None:
+        self.capacity = capacity
+        self.max_age_ms = max_age_ms
+        self._versions: OrderedDict[str, tuple[str, int]] = OrderedDict()
+        self._due: dict[tuple[str, str | None], int] = {}
+
+    def __len__(self) -> int:
+        return len(self._versions)
+
+    def __contains__(self, client_id: object) -> bool:
+        return client_id in self._versions
+
+    def remember(self, client_id: str, version: str, now: int) -> list[str]:
+        """Record (or refresh) ``client_id``'s version as of ``now``.
+
+        Returns the clients evicted to stay within ``capacity``, oldest first.
+        """
+        if self.capacity == 0:
+            return [client_id]
+        self._versions[client_id] = (version, now)
+        self._versions.move_to_end(client_id)
+        evicted = []
+        while len(self._versions) > self.capacity:
+            evicted.append(self._versions.popitem(last=False)[0])
+        return evicted
+
+    def _expired(self, touched: int, now: int) -> bool:
+        return self.max_age_ms is not None and now - touched > self.max_age_ms
+
+    def version(self, client_id: str, now: int, *, connected: bool = False) -> str | None:
+        """The version ``client_id`` negotiated, or ``None`` if unknown or too old.
+
+        An entry too old is forgotten here, unless the client is ``connected``
+        (its age then counts from the close of that connection).
+        """
+        entry = self._versions.get(client_id)
+        if entry is None:
+            return None
+        if not connected and self._expired(entry[1], now):
+            del self._versions[client_id]
+            return None
+        return entry[0]
+
+    def prune(self, now: int, connected: Callable[[str], bool]) -> list[str]:
+        """Forget every entry too old whose client is not ``connected``; return their ids."""
+        if self.max_age_ms is None:
+            return []
+        old = [
+            client_id
+            for client_id, (_, touched) in self._versions.items()
+            if self._expired(touched, now) and not connected(client_id)
+        ]
+        for client_id in old:
+            del self._versions[client_id]
+        return old
+
+    def forget(self, client_id: str) -> None:
+        self._versions.pop(client_id, None)
+
+    def oldest_expiry(self) -> int | None:
+        """When the first entry will be too old (``None`` without an age limit)."""
+        if self.max_age_ms is None or not self._versions:
+            return None
+        # touches need not be monotonic (the clock is the embedder's), so look at all
+        return min(touched for _, touched in self._versions.values()) + self.max_age_ms + 1
+
+    # -- active-client removals --
+
+    def due_at(self, client_id: str, session: str | None, when: int) -> None:
+        """Make removing ``client_id`` from ``session`` due at ``when`` (the earliest wins)."""
+        key = (client_id, session)
+        self._due[key] = min(when, self._due.get(key, when))
+
+    def cancel(self, client_id: str, session: str | None) -> None:
+        self._due.pop((client_id, session), None)
+
+    def take_due(self, now: int) -> list[tuple[str, str | None]]:
+        """The removals due at ``now``, oldest deadline first; they leave the table."""
+        ready = sorted(
+            ((when, key) for key, when in self._due.items() if when <= now),
+            key=lambda item: item[0],
+        )
+        for _, key in ready:
+            del self._due[key]
+        return [key for _, key in ready]
+
+    def next_due(self) -> int | None:
+        return min(self._due.values(), default=None)
+
+
+@frozen(kw_only=True)
+class View:
+    """What a ``subscribe`` view left out of one client's copy of one chat.
+
+    The client holds the host's chat but for its first ``hidden`` completed
+    turns; its ``turnsNextCursor`` is ``cursor`` (which only this host
+    understands), and ``fetchTurns`` pages ``page`` turns at a time.
+    """
+
+    hidden: int
+    page: int
+    cursor: str
+
+
+class ViewBook:
+    """The views of every ``(clientId, chat)`` whose snapshot was trimmed."""
+
+    def __init__(self) -> None:
+        self._views: dict[tuple[str, str], View] = {}
+        self._issued = 0
+
+    def __len__(self) -> int:
+        return len(self._views)
+
+    def get(self, client_id: str, chat: str) -> View | None:
+        return self._views.get((client_id, chat))
+
+    def set(self, client_id: str, chat: str, *, hidden: int, page: int) -> View:
+        """Record a view with ``hidden`` turns left out, under a fresh cursor."""
+        self._issued += 1
+        view = View(hidden=hidden, page=page, cursor=f"view-{self._issued}")
+        self._views[(client_id, chat)] = view
+        return view
+
+    def drop(self, client_id: str, chat: str) -> None:
+        self._views.pop((client_id, chat), None)
+
+    def of_chat(self, chat: str) -> Iterator[tuple[str, View]]:
+        """The clients holding a view of ``chat`` (a copy: the book may change meanwhile)."""
+        return iter([(c, v) for (c, uri), v in self._views.items() if uri == chat])
+
+    def drop_client(self, client_id: str, keep: Callable[[str], bool] = lambda _: False) -> None:
+        """Drop ``client_id``'s views but those of the chats ``keep`` admits."""
+        for key in [k for k in self._views if k[0] == client_id and not keep(k[1])]:
+            del self._views[key]
+
+    def drop_chat(self, chat: str) -> None:
+        for key in [k for k in self._views if k[1] == chat]:
+            del self._views[key]

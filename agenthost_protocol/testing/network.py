@@ -4,8 +4,9 @@ of :class:`~agenthost_protocol.client.ClientConnection`\\ s, without sockets.
 Each :class:`Link` is one transport connection: two ordered, reliable queues
 of whole JSON-RPC messages, one per direction, as AHP asks of a transport.
 Nothing moves until the test says so (:meth:`Network.deliver`,
-:meth:`Network.run_until_quiet`), so interleavings are the test's choice and
-every run is the same.
+:meth:`Network.run_until_quiet`, or one message on one link with
+:meth:`Network.deliver_to_host` and :meth:`Network.deliver_to_client`), so
+interleavings are the test's choice and every run is the same.
 
 The network drives both ends as a careful embedder would:
 
@@ -131,19 +132,57 @@ class Network:
         for link in tuple(self._links.values()):
             if not link.open:
                 continue
-            link._pull()
-            if link.to_host:
-                link.connection.receive_data(link.to_host.popleft())
-                moved = True
-                self._host_events(on_host_event)
-                link._pull()
-            if link.to_client:
-                self._to_client(link, link.to_client.popleft(), on_client_event)
-                moved = True
-            if link.open and link.connection.closed and not link.to_client:
-                # the host hung up (after -32005): the client sees the end of the line
-                link.drop()
-                moved = True
+            moved = self._one_to_host(link, on_host_event) or moved
+            moved = self._one_to_client(link, on_client_event) or moved
+        return moved
+
+    def deliver_to_host(
+        self,
+        client: ClientConnection,
+        on_host_event: Callable[[HostEvent], None] | None = None,
+    ) -> bool:
+        """Move the oldest message ``client`` sent on its link to the host, if any.
+
+        Returns whether one moved.  Nothing moves on a dropped link.
+        """
+        link = self.link(client)
+        return link.open and self._one_to_host(link, on_host_event)
+
+    def deliver_to_client(
+        self,
+        client: ClientConnection,
+        on_client_event: Callable[[Link, ClientEvent], None] | None = None,
+    ) -> bool:
+        """Move the oldest message the host queued for ``client`` to it, if any.
+
+        Returns whether one moved (or the link ended because the host hung up).
+        """
+        link = self.link(client)
+        return link.open and self._one_to_client(link, on_client_event)
+
+    def _one_to_host(
+        self, link: Link, on_host_event: Callable[[HostEvent], None] | None
+    ) -> bool:
+        link._pull()
+        if not link.to_host:
+            return False
+        link.connection.receive_data(link.to_host.popleft())
+        self._host_events(on_host_event)
+        link._pull()
+        return True
+
+    def _one_to_client(
+        self, link: Link, on_client_event: Callable[[Link, ClientEvent], None] | None
+    ) -> bool:
+        link._pull()
+        moved = False
+        if link.to_client:
+            self._to_client(link, link.to_client.popleft(), on_client_event)
+            moved = True
+        if link.open and link.connection.closed and not link.to_client:
+            # the host hung up (after -32005): the client sees the end of the line
+            link.drop()
+            moved = True
         return moved
 
     def run_until_quiet(

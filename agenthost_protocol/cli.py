@@ -11,11 +11,12 @@
   shape of the protocol version, then list the wire differences of every
   older supported version, type by type; exit status 1 only when the model
   breaks the frozen shape (:mod:`agenthost_protocol.compat`).
-* ``agenthost-protocol serve [--host H] [--port P] [--stdio] ...``: a real AHP
-  0.7.0 host with the built-in demo agent, on WebSocket (the ``ws`` extra)
-  or on stdin/stdout as JSON Lines; first line ``serving ws://HOST:PORT``;
-  exit status 0 after SIGINT/SIGTERM, 1 when it cannot start
-  (``docs/serve.md``).
+* ``agenthost-protocol serve [--host H] [--port P] [--stdio] [--agent KIND] ...
+  [-- COMMAND ARGS...]``: a real AHP 0.7.0 host with the built-in demo agent,
+  or an ACP, pi or xcsh agent process spawned over stdio, on WebSocket (the
+  ``ws`` extra) or on stdin/stdout as JSON Lines; first line
+  ``serving ws://HOST:PORT``; exit status 0 after SIGINT/SIGTERM, 1 when it
+  cannot start (the agent included), 2 usage (``docs/serve.md``).
 * ``agenthost-protocol chat URL MESSAGE [--yes] [--stdio] [--timeout S]``: one turn
   with an AHP host: creates a session, sends MESSAGE, streams the reply, asks y/n
   for tool calls (or --yes); exit 0 when the turn ends, 1 turn failed or host
@@ -29,21 +30,22 @@ import json
 import logging
 import sys
 from collections.abc import Callable, Sequence
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
-from . import compat, wire
-from . import types as t
 from ._version import __version__
-from .channels import ChannelKind
-from .conformance import FIXTURE_NOW_MS, STATE_TYPES, corpus_problem, run_corpus, summary_line
-from .errors import ProtocolError
-from .reducers import REDUCERS
-from .reducers._clock import MAX_TIME_MS
+
+if TYPE_CHECKING:
+    from . import types as t
+
+# Each command imports what it uses: building the model takes most of a
+# second, and `--help` or `serve --help` need none of it.
 
 __all__ = ["main", "reduce_line"]
 
 
 def _conformance(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
+    from .conformance import corpus_problem, run_corpus, summary_line  # noqa: PLC0415
+
     if args.path is not None:
         missing = corpus_problem(args.path)
         if missing is not None:
@@ -70,6 +72,14 @@ def reduce_line(line: str | bytes) -> dict[str, Any]:
     action>]`` when asked, or ``{"error": "<message>"}`` when the input does
     not decode.  States are encoded by the codec (absent fields omitted).
     """
+    from . import types as t  # noqa: PLC0415
+    from . import wire  # noqa: PLC0415
+    from .channels import ChannelKind  # noqa: PLC0415
+    from .conformance import FIXTURE_NOW_MS, STATE_TYPES  # noqa: PLC0415
+    from .errors import ProtocolError  # noqa: PLC0415
+    from .reducers import REDUCERS  # noqa: PLC0415
+    from .reducers._clock import MAX_TIME_MS  # noqa: PLC0415
+
     try:
         obj = wire.parse_json(line)
         if not isinstance(obj, dict):
@@ -158,14 +168,22 @@ def _positive_seconds(text: str) -> float:
     return value
 
 
-def _add_serve(sub: Any) -> None:
-    serve = sub.add_parser(
+_AGENTS = ("demo", "acp", "pi", "xcsh")
+
+
+def _add_serve(sub: Any) -> argparse.ArgumentParser:
+    serve: argparse.ArgumentParser = sub.add_parser(
         "serve",
-        help="run an AHP 0.7.0 host with the built-in demo agent (WebSocket or stdio)",
-        description="Run a real AHP 0.7.0 host with a built-in deterministic demo agent: "
-        "any conforming client can create sessions, start turns and confirm or deny its "
-        "tool call. Prints 'serving ws://HOST:PORT' first; logs go to stderr. SIGINT or "
-        "SIGTERM closes every connection and exits 0. See docs/serve.md.",
+        help="run an AHP 0.7.0 host with the demo agent or an ACP/pi/xcsh agent process",
+        usage="%(prog)s [options] [--agent {demo,acp,pi,xcsh}] [-- COMMAND [ARGS ...]]",
+        description="Run a real AHP 0.7.0 host. By default its agent is a built-in "
+        "deterministic demo: any conforming client can create sessions, start turns and "
+        "confirm or deny its tool call. With --agent acp, pi or xcsh, the agent is "
+        "COMMAND ARGS (after --), spawned over stdio: one ACP process for every session, "
+        "or one pi/xcsh process in RPC mode per session. Prints 'serving ws://HOST:PORT' "
+        "first; logs go to stderr. SIGINT or SIGTERM stops the agent processes, closes "
+        "every connection and exits 0; exit 1 when it cannot start (the agent included), "
+        "2 for a usage error. See docs/serve.md.",
     )
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on "
                        "(default 127.0.0.1)")
@@ -179,13 +197,30 @@ def _add_serve(sub: Any) -> None:
                        metavar="BYTES", help="largest message accepted (default 16 MiB); "
                        "a larger one closes that connection")
     serve.add_argument("--step-delay", type=_seconds, default=0.05, metavar="SECONDS",
-                       help="pause between two steps of a demo turn (default 0.05)")
+                       help="pause between two steps of a demo turn (default 0.05; demo only)")
     serve.add_argument("--replay-window", type=_positive_int, default=10_000,
                        metavar="ENVELOPES", help="actions kept for reconnect replays "
                        "(default 10000; older gaps are answered with snapshots)")
+    serve.add_argument("--agent", choices=_AGENTS, default="demo",
+                       help="the agent: the built-in demo (default, no COMMAND), an ACP agent "
+                       "(needs the acp extra), a pi or an xcsh agent in RPC mode; the last "
+                       "three need COMMAND")
+    serve.add_argument("agent_command", nargs=argparse.REMAINDER, metavar="COMMAND",
+                       help="after --: the agent's command line, e.g. -- pi --mode rpc "
+                       "--no-session")
+    return serve
 
 
-def _serve(args: argparse.Namespace) -> int:
+def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    command = list(args.agent_command)
+    if command[:1] == ["--"]:  # argparse keeps the separator in a REMAINDER
+        command = command[1:]
+    if args.agent == "demo" and command:
+        parser.error(f"the demo agent takes no command (got {' '.join(command)!r}); "
+                     "use --agent acp, pi or xcsh to run an agent process")
+    if args.agent != "demo" and not command:
+        parser.error(f"--agent {args.agent} needs the agent's command line after --, "
+                     f"e.g. serve --agent {args.agent} -- COMMAND ARGS")
     # imported here: the pure commands never load asyncio or the transports
     from .aio.serve import ServeOptions, run  # noqa: PLC0415
     from .aio.server import ServerLimits  # noqa: PLC0415
@@ -202,6 +237,8 @@ def _serve(args: argparse.Namespace) -> int:
         step_delay=args.step_delay,
         replay_window=args.replay_window,
         limits=ServerLimits(max_message_size=args.max_message_size),
+        agent=args.agent,
+        agent_command=tuple(command),
     )
     return run(options)
 
@@ -272,16 +309,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         "version, then list the wire differences of every older supported version, type by "
         "type (see docs/versioning.md). Exit status 1 only if the model breaks the shape.",
     )
-    _add_serve(sub)
+    serve = _add_serve(sub)
     _add_chat(sub)
     args = parser.parse_args(argv)
     if args.command == "serve":
-        return _serve(args)
+        return _serve(args, serve)
     if args.command == "chat":
         return _chat(args)
     if args.command == "conformance":
         return _conformance(args, sys.stdout, sys.stderr)
     if args.command == "compat":
+        from . import compat  # noqa: PLC0415
+
         return compat.main([])
     return _reduce(args, sys.stdin.buffer, sys.stdout.buffer)
 

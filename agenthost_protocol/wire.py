@@ -25,15 +25,25 @@ value: :class:`~agenthost_protocol.errors.ParseError` (-32700),
 :class:`~agenthost_protocol.errors.MethodNotFound` (-32601) and
 :class:`~agenthost_protocol.errors.InvalidParams` (-32602).  Nothing else
 escapes, whatever the input.
+
+Speed (docs/performance.md): each model class is decoded and encoded by a
+function generated for it on first use, equivalent to cattrs' own generated
+functions (the tests compare the two on generated and mutated values); JSON
+text is parsed with orjson when the ``fast`` extra is installed, falling back
+to the standard library for every text orjson would read differently, so the
+values and the errors are the same either way (:data:`JSON_BACKEND` names the
+parser in use).
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import re
 import types as _pytypes
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager, suppress
 from enum import Enum, IntFlag
 from typing import Any, Final, Literal, TypeVar, Union, cast, get_args, get_origin, overload
 
@@ -44,7 +54,10 @@ from cattrs.errors import (
     BaseValidationError,
     IterableValidationNote,
 )
+from cattrs.fns import identity
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
+from cattrs.gen._consts import already_generating
+from cattrs.gen._shared import find_structure_handler
 
 from . import types as t
 from ._json import JsonValueError, copy_json, lone_surrogate_at
@@ -59,9 +72,10 @@ from .errors import (
 )
 from .methods import METHODS, AnyMessage, MessageKind
 from .types._tags import ACTION_CLASSES, TAGGED_UNIONS
-from .types._text import TextBuffer
+from .types._text import TextBuffer, as_text, optional_text
 
 __all__ = [
+    "JSON_BACKEND",
     "converter",
     "dump",
     "dumps",
@@ -237,12 +251,39 @@ def _required_keys(cls: type) -> frozenset[str]:
 class _Codec:
     """Builds and registers every hook on one converter."""
 
-    def __init__(self, conv: cattrs.Converter) -> None:
+    def __init__(self, conv: cattrs.Converter, *, generated: bool = True) -> None:
         self.c = conv
+        self.generated = generated
+        """Class hooks are this module's generated functions (``False``: cattrs' own)."""
         self.required: dict[type, frozenset[str]] = {
             cls: _required_keys(cls) for cls in (*_SHAPE_ORDER, *_NOTIFICATION_SHAPES)
         }
-        self.action_hooks: dict[Any, Callable[[Any, Any], Any]] = {}
+        # Per-converter hook tables, filled on first use of each key.
+        self.action_hooks: dict[str, tuple[type, Callable[[Any, Any], Any]]] = {}
+        self.params_hooks: dict[str, tuple[Any, Callable[[Any, Any], Any], bool]] = {}
+        self.unstructure_hooks: dict[type, Callable[[Any], Any]] = {}
+        plain = _constructor if generated else (lambda cls: cls)
+        self.new_request: Callable[..., Any] = plain(t.JsonRpcRequest)
+        self.new_notification: Callable[..., Any] = plain(t.JsonRpcNotification)
+
+    def params_hook(self, method: str) -> tuple[Any, Callable[[Any, Any], Any], bool]:
+        """The params type and structure hook of a known method, and whether it is a request."""
+        hit = self.params_hooks.get(method)
+        if hit is None:
+            info = METHODS[method]
+            hit = self.params_hooks[method] = (
+                info.params, self.c.get_structure_hook(info.params),
+                info.kind is MessageKind.REQUEST,
+            )
+        return hit
+
+    def unstructure_as_runtime_type(self, value: Any) -> Any:
+        """``converter.unstructure(value, unstructure_as=type(value))``, its hook looked up once."""
+        tp = type(value)
+        hook = self.unstructure_hooks.get(tp)
+        if hook is None:
+            hook = self.unstructure_hooks[tp] = self.c.get_unstructure_hook(tp)
+        return hook(value)
 
     # -- unions ---------------------------------------------------------------
     def union_structure(self, tp: Any) -> Callable[[Any, Any], Any]:
@@ -267,13 +308,13 @@ class _Codec:
             hook = c.get_structure_hook(only)
             return lambda value, _: hook(value, only)
         if key == _STATE_ACTION_MEMBERS:
-            return lambda value, _: self.structure_action(value)
+            return self.structure_action
         if t.UnknownAction in key and key <= _STATE_ACTION_MEMBERS:
             # A channel's action union (ChatAction ...): any action, of that channel.
             allowed = tuple(key)
 
             def channel_action(value: Any, _: Any) -> Any:
-                action = self.structure_action(value)
+                action = self.structure_action(value, None)
                 if not isinstance(action, allowed):
                     kind = _tag_text(action.type)
                     raise _Fail(f"action {kind!r} does not belong here", ("type",))
@@ -364,7 +405,7 @@ class _Codec:
 
         return tagged
 
-    def structure_action(self, value: Any) -> Any:
+    def structure_action(self, value: Any, _: Any) -> Any:
         if type(value) is not dict:
             raise _expected("an object", value)
         tag = value.get("type", _MISSING)
@@ -372,14 +413,15 @@ class _Codec:
             raise _Fail("required field missing", ("type",))
         if type(tag) is not str:
             raise _Fail("the 'type' discriminator must be a string", ("type",))
-        target = _ACTION_TAGS.get(tag)
-        if target is None:
-            return t.UnknownAction(type=_s_str(tag, None), raw=_json_copy(value))
-        hook = self.action_hooks.get(target)
-        if hook is None:
+        hit = self.action_hooks.get(tag)
+        if hit is None:
+            target = _ACTION_TAGS.get(tag)
+            if target is None:
+                return t.UnknownAction(type=_s_str(tag, None), raw=_json_copy(value))
             # Resolved lazily: the hooks of the action classes are built on first use.
-            hook = self.action_hooks[target] = self.c.get_structure_hook(target)
-        return hook(value, target)
+            hit = self.action_hooks[tag] = (target, self.c.get_structure_hook(target))
+        cls, hook = hit
+        return hook(value, cls)
 
     def by_shape(self, value: Any, candidates: tuple[type, ...]) -> Any:
         """Decode ``value`` as the first of ``candidates`` whose required keys it has."""
@@ -417,6 +459,10 @@ class _Codec:
         def seq(value: Any, _: Any) -> tuple[Any, ...]:
             if type(value) is not list:
                 raise _expected("an array", value)
+            try:
+                return tuple([hook(v, item) for v in value])
+            except Exception:  # again, one by one, for the index of the failure
+                pass
             out = []
             for i, v in enumerate(value):
                 try:
@@ -486,6 +532,10 @@ class _Codec:
                 return cls(**{tag_key: _s_str(tag, None), "raw": _json_copy(value)})
 
             return unknown
+        if self.generated:
+            generated = _generate_structure(self.c, cls)
+            if generated is not None:
+                return generated
         fields = attrs.fields(cls)
         overrides = {a.name: override(rename=wire_name(a)) for a in fields}
         inner: Callable[[Any, Any], Any] = make_dict_structure_fn(
@@ -527,12 +577,556 @@ class _Codec:
         if cls in _UNKNOWN_CLASSES:
             # A copy: encoding never hands out the model's own objects.
             return lambda obj: copy_json(obj.raw)
+        if self.generated:
+            generated = _generate_unstructure(self, cls)
+            if generated is not None:
+                return generated
         fields = attrs.fields(cls)
         overrides = {
             a.name: override(rename=wire_name(a), omit_if_default=a.default is None)
             for a in fields
         }
         return make_dict_unstructure_fn(cls, self.c, _cattrs_use_alias=True, **overrides)  # type: ignore[arg-type]
+
+    # -- messages ---------------------------------------------------------------
+    def parse_message(
+        self,
+        data: bytes | bytearray | memoryview | str | Mapping[str, Any],
+        result_method: Callable[[Any], str | None] | Mapping[Any, str] | None,
+    ) -> AnyMessage:
+        """:func:`parse_message` with this codec's converter."""
+        obj = _JSON.loads(data) if isinstance(data, (bytes, str, bytearray, memoryview)) else data
+        if type(obj) is not dict and not isinstance(obj, Mapping):
+            raise InvalidRequest(f"expected a JSON-RPC object, got {_kind(obj)}", path="$")
+        if obj.get("jsonrpc") != "2.0":
+            raise InvalidRequest('"jsonrpc" must be "2.0"', path="$.jsonrpc")
+        has_id = "id" in obj
+        msg_id = obj.get("id")
+        if has_id and not (
+            msg_id is None or (isinstance(msg_id, (int, str)) and not isinstance(msg_id, bool))
+        ):
+            raise InvalidRequest("id must be a number or a string", path="$.id")
+        if "method" in obj:
+            method = obj["method"]
+            known = self.params_hooks.get(method) if type(method) is str else None
+            if known is not None and known[2] is has_id and "params" in obj:
+                # A method seen before, of the right kind, with params: the checks
+                # below would all pass.
+                params_type, hook, is_request = known
+                try:
+                    params = hook(obj["params"], params_type)
+                except Exception as e:
+                    raise _raise(e, ("params",), request_id=msg_id, respond=is_request) from None
+                if not is_request:
+                    return cast("AnyMessage", self.new_notification(method=method, params=params))
+                if msg_id is None:
+                    raise InvalidRequest("a request id must not be null", path="$.id")
+                return cast("AnyMessage", self.new_request(id=msg_id, method=method, params=params))
+            if not isinstance(method, str):
+                raise InvalidRequest("method must be a string", path="$.method")
+            info = METHODS.get(method)
+            is_request = has_id
+            # A notification is never answered, whatever is wrong with it (§5).
+            if info is None or (info.kind is MessageKind.REQUEST) != is_request:
+                what = "request" if is_request else "notification"
+                raise MethodNotFound(f"unknown {what} method {method!r}", path="$.method",
+                                     request_id=msg_id, respond=is_request)
+            if "params" not in obj:
+                raise InvalidParams("params missing", path="$.params", request_id=msg_id,
+                                    respond=is_request)
+            params_type, hook, _ = self.params_hook(method)
+            try:
+                params = hook(obj["params"], params_type)
+            except Exception as e:
+                raise _raise(e, ("params",), request_id=msg_id, respond=is_request) from None
+            if is_request:
+                if msg_id is None:
+                    raise InvalidRequest("a request id must not be null", path="$.id")
+                return cast("AnyMessage", self.new_request(id=msg_id, method=method, params=params))
+            return cast("AnyMessage", self.new_notification(method=method, params=params))
+        if not has_id:
+            raise InvalidRequest("neither a request, a notification nor a response", path="$")
+        if "result" in obj and "error" not in obj:
+            if msg_id is None:
+                raise InvalidRequest("a success response id must not be null", path="$.id",
+                                     respond=False)
+            result = obj["result"]
+            method_name: str | None = None
+            if result_method is not None:
+                method_name = (
+                    result_method.get(msg_id) if isinstance(result_method, Mapping)
+                    else result_method(msg_id)
+                )
+            info = METHODS.get(method_name) if method_name is not None else None
+            if info is not None and info.kind is MessageKind.REQUEST:
+                if info.result is None:
+                    if result is not None:
+                        raise InvalidParams("expected a null result", path="$.result",
+                                            request_id=msg_id, respond=False)
+                else:
+                    try:
+                        result = self.c.structure(result, info.result)
+                    except Exception as e:
+                        # A response is never answered: report it, send nothing.
+                        raise _raise(e, ("result",), request_id=msg_id, respond=False) from None
+            return t.JsonRpcSuccessResponse(id=msg_id, result=result)
+        if "error" in obj and "result" not in obj:
+            try:
+                error = self.c.structure(obj["error"], t.JsonRpcError)
+            except Exception as e:
+                raise _raise(
+                    e, ("error",), InvalidRequest, request_id=msg_id, respond=False
+                ) from None
+            return t.JsonRpcErrorResponse(id=msg_id, error=error)
+        raise InvalidRequest("a response has exactly one of result and error", path="$",
+                             request_id=msg_id, respond=False)
+
+    def structure_raw_message(self, value: Any, _: Any) -> t.JsonRpcMessage:
+        """``JsonRpcMessage`` with raw params and results (the round-trip corpus' type)."""
+        if type(value) is not dict:
+            raise _expected("an object", value)
+        if value.get("jsonrpc") != "2.0":
+            raise _Fail('must be "2.0"', ("jsonrpc",))
+        if "method" in value:
+            method = _field(_s_str, value, "method")
+            params = value.get("params")
+            if "id" in value:
+                return t.JsonRpcRequest(
+                    id=_field(_s_id, value, "id"), method=method, params=params
+                )
+            return t.JsonRpcNotification(method=method, params=params)
+        if "result" in value:
+            return t.JsonRpcSuccessResponse(id=_field(_s_id, value, "id"), result=value["result"])
+        if "error" in value:
+            error = self.c.structure(value["error"], t.JsonRpcError)
+            msg_id = value.get("id")
+            return t.JsonRpcErrorResponse(
+                id=None if msg_id is None else _field(_s_id, value, "id"), error=error
+            )
+        raise _Fail("neither a request, a notification nor a response")
+
+    def structure_raw_message_as(self, value: Any, tp: Any) -> t.JsonRpcMessage:
+        """A JSON-RPC message with raw params and result, of the kind ``tp`` names."""
+        msg = self.structure_raw_message(value, tp)
+        expected: type = get_origin(tp) or tp
+        if tp != t.JsonRpcMessage and type(msg) is not expected:
+            raise _Fail(f"not a {expected.__name__}")
+        return msg
+
+    def unstructure_message(self, msg: Any) -> dict[str, Any]:
+        out: dict[str, Any] = {"jsonrpc": "2.0"}
+        if isinstance(msg, t.JsonRpcNotification):
+            out["method"] = msg.method
+            if msg.params is not None:
+                out["params"] = self.c.unstructure(msg.params)
+        elif isinstance(msg, t.JsonRpcRequest):
+            out["id"] = msg.id
+            out["method"] = msg.method
+            if msg.params is not None:
+                out["params"] = self.c.unstructure(msg.params)
+        elif isinstance(msg, t.JsonRpcSuccessResponse):
+            out["id"] = msg.id
+            out["result"] = self.c.unstructure(msg.result)
+        else:
+            out["id"] = msg.id
+            out["error"] = self.c.unstructure(msg.error, t.JsonRpcError)
+        return out
+
+
+# ---------------------------------------------------------------------------
+# Generated class hooks
+# ---------------------------------------------------------------------------
+#
+# One straight-line function per model class, written on the first use of the
+# class, in place of cattrs' ``make_dict_structure_fn`` /
+# ``make_dict_unstructure_fn``.  They do what those do (the same field hooks,
+# the same first error in field order, the same key order when encoding) and
+# skip their per-field bookkeeping; common leaf types (``str``, ``int``,
+# ``bool``, a string tag, an open string enum) are checked inline and fall back
+# to the field's own hook for anything the inline test does not accept.
+# ``_make_converter(generated=False)`` builds the cattrs-based converter the
+# tests compare these functions with.
+
+
+def _literal_str(tp: Any) -> Any:
+    """The one string value of ``Literal[x]`` (a ``str`` or ``str`` enum member), or ``None``."""
+    if not _is_literal(tp):
+        return None
+    args = get_args(tp)
+    if len(args) != 1 or not isinstance(args[0], str):
+        return None
+    return args[0]
+
+
+def _open_enum(tp: Any) -> type[Enum] | None:
+    """``E`` for an open string enum field type ``E | str`` (``None`` dropped)."""
+    if not _is_union(tp):
+        return None
+    members = _union_members(tp)
+    if len(members) != 2 or str not in members:
+        return None
+    (other,) = (m for m in members if m is not str)
+    if not (isinstance(other, type) and issubclass(other, str) and issubclass(other, Enum)):
+        return None
+    if "_missing_" in vars(other):
+        return None  # a lookup that is not the value table
+    return other
+
+
+def _structure_check(
+    tp: Any, conv: cattrs.Converter, ns: dict[str, Any], i: int, converter: Any = None
+) -> str | None:
+    """An inline test for the common values of ``tp`` and the expression of their result.
+
+    Returns ``"test\\0result"`` (both in terms of ``v``), or ``None`` when ``tp``
+    has no inline form.  Each form returns exactly what the type's hook
+    returns for the values it accepts.
+    """
+    if tp is str and conv.get_structure_hook(str) is _s_str:
+        return "type(v) is str and v.isascii()\0v"
+    if tp is int and conv.get_structure_hook(int) is _s_int:
+        return "type(v) is int\0v"
+    if tp is bool and conv.get_structure_hook(bool) is _s_bool:
+        return "v is True or v is False\0v"
+    if tp is float and conv.get_structure_hook(float) is _s_float:
+        return "type(v) is float or type(v) is int\0v"
+    if tp is TextBuffer and conv.get_structure_hook(TextBuffer) is _s_text and converter in (
+        as_text, optional_text
+    ):
+        # ``_s_text`` wraps the string in a buffer, which the converter keeps; the
+        # converter wraps the string itself just the same.
+        return "type(v) is str and v.isascii()\0v"
+    literal = _literal_str(tp)
+    if literal is not None:
+        ns[f"l{i}"] = literal
+        ns[f"lv{i}"] = str.__str__(literal)
+        return f"type(v) is str and v == lv{i}\0l{i}"
+    enum_cls = _open_enum(tp)
+    if enum_cls is not None:
+        ns[f"m{i}"] = dict(enum_cls._value2member_map_)
+        return f"type(v) is str\0m{i}.get(v, v)"
+    if _string_or_struct(tp):
+        return "type(v) is str\0v"  # the hook keeps any string as it is
+    return None
+
+
+def _string_or_struct(tp: Any) -> bool:
+    """``str | S`` told apart by JSON type (``StringOrMarkdown``, ``ToolInput``)."""
+    if not _is_union(tp):
+        return False
+    members = _union_members(tp)
+    key = frozenset(members)
+    return (
+        len(members) == 2 and str in members
+        and sum(1 for m in members if attrs.has(m)) == 1
+        and key not in _TAGGED and key not in (_SNAPSHOT_STATES, _PROTOCOL_NOTIFICATION)
+        and t.UnknownAction not in key
+    )
+
+
+@contextmanager
+def _generating(cls: type) -> Iterator[None]:
+    """Mark ``cls`` as being generated, as cattrs does: a nested request for it is a cycle.
+
+    A field whose type leads back to a class being generated gets a late-bound
+    hook (``converter.structure`` / ``converter.unstructure``), as in cattrs.
+    """
+    try:
+        working_set = already_generating.working_set
+    except AttributeError:
+        working_set = already_generating.working_set = set()
+    if cls in working_set:
+        raise RecursionError
+    working_set.add(cls)
+    try:
+        yield
+    finally:
+        working_set.remove(cls)
+        if not working_set:
+            del already_generating.working_set
+
+
+def _generate_structure(conv: cattrs.Converter, cls: type) -> Callable[[Any, Any], Any] | None:
+    """The structure hook of an attrs class, or ``None`` for a class it does not handle."""
+    if not _plain_class(cls):
+        return None
+    with _generating(cls):
+        return _structure_function(conv, cls)
+
+
+def _structure_function(conv: cattrs.Converter, cls: type) -> Callable[[Any, Any], Any] | None:
+    if any(isinstance(a.type, str) for a in attrs.fields(cls)):
+        attrs.resolve_types(cls)
+    fields = attrs.fields(cls)
+    if any(
+        not a.init or isinstance(a.default, attrs.Factory)  # type: ignore[arg-type]
+        for a in fields
+    ):
+        return None
+    ns: dict[str, Any] = {
+        "_Fail": _Fail, "_nest": _nest, "_to_fail": _to_fail, "_expected": _expected,
+    }
+    lines = [
+        "def structure(value, _):",
+        "    if type(value) is not dict:",
+        "        raise _expected('an object', value)",
+    ]
+    for i, a in enumerate(fields):
+        key = wire_name(a)
+        tp = a.type
+        hook = find_structure_handler(a, tp, conv)
+        ns[f"h{i}"], ns[f"t{i}"] = hook, tp
+        out = f"a{i}"
+        if hook is None:
+            call = [f"{out} = v"]
+        else:
+            call = [
+                "try:",
+                f"    {out} = h{i}(v, t{i})",
+                "except Exception as e:",
+                f"    raise _nest(e, {key!r}) from None",
+            ]
+        # The union hook of ``X | None`` (or a late-bound ``converter.structure``,
+        # which reaches it) maps null to None and anything else to X's hook.
+        optional = (
+            a.default is None and _is_union(tp) and _NoneType in get_args(tp)
+            and hook is not None and not _is_raw_message(tp)
+        )
+        inner = _union_members(tp) if optional else (tp,)
+        if optional and len(inner) == 1 and attrs.has(inner[0]):
+            with suppress(RecursionError):  # X is being generated: keep the late-bound hook
+                ns[f"h{i}"], ns[f"t{i}"] = conv.get_structure_hook(inner[0]), inner[0]
+        check = _structure_check(
+            inner[0] if len(inner) == 1 else _drop_none(tp), conv, ns, i, a.converter
+        )
+        body = call if check is None else [
+            f"if {check.split(chr(0))[0]}:",
+            f"    {out} = {check.split(chr(0))[1]}",
+            "else:",
+            *(f"    {line}" for line in call),
+        ]
+        if a.default is attrs.NOTHING:
+            lines += [
+                "    try:",
+                f"        v = value[{key!r}]",
+                "    except KeyError:",
+                f"        raise _Fail('required field missing', ({key!r},)) from None",
+                *(f"    {line}" for line in body),
+            ]
+        elif optional:
+            # Absent and null are both ``None``: the hook maps null to None.
+            lines += [
+                f"    v = value.get({key!r})",
+                "    if v is None:",
+                f"        {out} = None",
+                "    else:",
+                *(f"        {line}" for line in body),
+            ]
+        else:
+            ns[f"d{i}"] = a.default
+            lines += [
+                f"    if {key!r} in value:",
+                f"        v = value[{key!r}]",
+                *(f"        {line}" for line in body),
+                "    else:",
+                f"        {out} = d{i}",
+            ]
+    lines += [f"    {line}" for line in _construct(cls, [f"a{i}" for i in range(len(fields))], ns)]
+    return cast(
+        "Callable[[Any, Any], Any]", _compile(lines, ns, f"structure {cls.__qualname__}")
+    )
+
+
+def _plain_init(cls: type) -> bool:
+    """Whether ``cls.__init__`` only stores its arguments (converted) in the slots.
+
+    True for an attrs class whose ``__init__`` attrs wrote, with slots that
+    are exactly its fields, no validators, no pre- or post-init hook and plain
+    converter functions: then storing the slots directly builds the very
+    object ``__init__`` would, without its cost (a frozen class stores each
+    field through ``object.__setattr__`` behind a bound-method lookup).
+    """
+    init = getattr(vars(cls).get("__init__"), "__code__", None)
+    if init is None or not init.co_filename.startswith("<attrs generated"):
+        return False
+    if hasattr(cls, "__attrs_pre_init__") or hasattr(cls, "__attrs_post_init__"):
+        return False
+    fields = attrs.fields(cls)
+    slots = {
+        name
+        for klass in cls.__mro__
+        for name in ((klass.__dict__.get("__slots__") or ()) if klass is not object else ())
+    }
+    if slots - {"__weakref__"} != {a.name for a in fields}:
+        return False
+    return all(
+        a.init and a.validator is None and not isinstance(a.converter, attrs.Converter)
+        for a in fields
+    )
+
+
+def _construct(cls: type, values: list[str], ns: dict[str, Any]) -> list[str]:
+    """Lines returning an instance of ``cls`` built from ``values`` (one per field, in order).
+
+    A failure (a converter that raises) is reported as ``__init__`` failures are.
+    """
+    fields = attrs.fields(cls)
+    ns["cls"] = cls
+    if not _plain_init(cls):
+        kwargs = ", ".join(f"{a.alias}={v}" for a, v in zip(fields, values, strict=True))
+        return [
+            "try:",
+            f"    return cls({kwargs})",
+            "except Exception as e:",
+            "    raise _to_fail(e) from None",
+        ]
+    ns["_new"], ns["_set"] = object.__new__, object.__setattr__
+    stores = []
+    for i, (a, v) in enumerate(zip(fields, values, strict=True)):
+        if a.converter is not None:
+            ns[f"c{i}"] = a.converter
+        value = v if a.converter is None else f"c{i}({v})"
+        stores.append(f"_set(inst, {a.name!r}, {value})")
+    lines = ["inst = _new(cls)"]
+    if any(a.converter is not None for a in fields):
+        lines += ["try:", *(f"    {s}" for s in stores), "except Exception as e:",
+                  "    raise _to_fail(e) from None"]
+    else:
+        lines += stores
+    return [*lines, "return inst"]
+
+
+def _constructor(cls: type) -> Callable[..., Any]:
+    """``cls(**kwargs)``, made cheaper when ``cls`` has a plain ``__init__`` (``_plain_init``)."""
+    fields = attrs.fields(cls)
+    ns: dict[str, Any] = {"_to_fail": _to_fail}
+    params = []
+    for i, a in enumerate(fields):
+        if a.default is attrs.NOTHING:
+            params.append(a.alias)
+        else:
+            ns[f"d{i}"] = a.default
+            params.append(f"{a.alias}=d{i}")
+    lines = [f"def construct(*, {', '.join(params)}):"]
+    lines += [f"    {line}" for line in _construct(cls, [a.alias for a in fields], ns)]
+    return _compile(lines, ns, f"construct {cls.__qualname__}")
+
+
+def _plain_class(cls: Any) -> bool:
+    """A class that is not generic: its field types are all concrete."""
+    return isinstance(cls, type) and get_origin(cls) is None and not getattr(
+        cls, "__parameters__", ()
+    )
+
+
+def _drop_none(tp: Any) -> Any:
+    """``tp`` without ``None``: the open-enum test looks at ``E | str``."""
+    members = _union_members(tp)
+    return Union[members] if len(members) > 1 else members[0]  # noqa: UP007
+
+
+def _compile(lines: list[str], ns: dict[str, Any], name: str) -> Callable[..., Any]:
+    code = compile("\n".join(lines), f"<agenthost_protocol.wire {name}>", "exec")
+    exec(code, ns)
+    fn = ns[lines[0][4:lines[0].index("(")]]
+    return cast("Callable[..., Any]", fn)
+
+
+def _unstructure_expr(
+    codec: _Codec,
+    tp: Any,
+    handler: Callable[[Any], Any],
+    var: str,
+    *,
+    ns: dict[str, Any],
+    i: int,
+    nonnull: bool,
+) -> str:
+    """The expression encoding the value ``var`` (known not to be ``None`` if ``nonnull``)."""
+    conv = codec.c
+    if handler is identity:
+        return var
+    ns[f"u{i}"] = handler
+    if _is_union(tp) and not _is_message(tp):
+        members = _union_members(tp)
+        if len(members) == 1:
+            if not nonnull:
+                return f"u{i}({var})"
+            try:
+                inner = conv.get_unstructure_hook(members[0])
+            except RecursionError:
+                inner = conv.unstructure  # late-bound: X is being generated
+            if inner is identity:
+                return var
+            ns[f"u{i}"] = inner
+            return f"u{i}({var})"
+        # Other unions encode by the runtime class of the value.
+        enum_cls = _open_enum(tp)
+        if enum_cls is not None and conv.get_unstructure_hook(enum_cls) is _enum_value and (
+            conv.get_unstructure_hook(str) is identity
+        ):
+            ns[f"e{i}"] = enum_cls
+            return (
+                f"({var}._value_ if type({var}) is e{i} "
+                f"else {var} if type({var}) is str else _rt({var}))"
+            )
+        return f"_rt({var})"
+    if _is_literal(tp):
+        literal = _literal_str(tp)
+        if isinstance(literal, Enum):
+            ns[f"e{i}"] = type(literal)
+            return f"({var}._value_ if type({var}) is e{i} else u{i}({var}))"
+        return f"u{i}({var})"
+    if _is_tuple(tp) and not _is_message(tp) and conv.get_unstructure_hook(str) is identity:
+        return f"[x if type(x) is str else _rt(x) for x in {var}]"
+    return f"u{i}({var})"
+
+
+def _generate_unstructure(codec: _Codec, cls: type) -> Callable[[Any], Any] | None:
+    """The unstructure hook of an attrs class, or ``None`` for a class it does not handle."""
+    if not _plain_class(cls):
+        return None
+    with _generating(cls):
+        return _unstructure_function(codec, cls)
+
+
+def _unstructure_function(codec: _Codec, cls: type) -> Callable[[Any], Any] | None:
+    conv = codec.c
+    if any(isinstance(a.type, str) for a in attrs.fields(cls)):
+        attrs.resolve_types(cls)
+    fields = attrs.fields(cls)
+    if any(not a.init or isinstance(a.default, attrs.Factory) for a in fields):  # type: ignore[arg-type]
+        return None
+    ns: dict[str, Any] = {"_rt": codec.unstructure_as_runtime_type}
+    always: list[str] = []
+    omitted: list[str] = []
+    for i, a in enumerate(fields):
+        key = wire_name(a)
+        try:
+            handler = conv.get_unstructure_hook(a.type, cache_result=False)
+        except RecursionError:
+            handler = conv.unstructure  # late-bound, as cattrs does in a cycle
+        if a.default is None:
+            # Omitted when absent (``None``); ``is not None`` is what ``!= None`` is
+            # for every value a field can hold.
+            expr = _unstructure_expr(codec, a.type, handler, "v", ns=ns, i=i, nonnull=True)
+            omitted += [
+                f"    v = instance.{a.name}",
+                "    if v is not None:",
+                f"        res[{key!r}] = {expr}",
+            ]
+        else:
+            expr = _unstructure_expr(
+                codec, a.type, handler, f"instance.{a.name}", ns=ns, i=i, nonnull=False
+            )
+            always.append(f"{key!r}: {expr}")
+    lines = [
+        "def unstructure(instance):",
+        f"    res = {{{', '.join(always)}}}",
+        *omitted,
+        "    return res",
+    ]
+    return cast("Callable[[Any], Any]", _compile(lines, ns, f"unstructure {cls.__qualname__}"))
 
 
 _MISSING = object()
@@ -638,9 +1232,33 @@ def _is_message(tp: Any) -> bool:
     return tp in _MESSAGE_CLASSES or get_origin(tp) in _MESSAGE_CLASSES or tp == t.JsonRpcMessage
 
 
-def _make_converter() -> cattrs.Converter:
+def _is_raw_message(tp: Any) -> bool:
+    return bool(tp == t.JsonRpcMessage) or tp in _MESSAGE_CLASSES or (
+        get_origin(tp) in _MESSAGE_CLASSES and get_args(tp) == (Any,)
+    )
+
+
+def _s_id(value: Any, _: Any) -> int | str:
+    if isinstance(value, (int, str)) and not isinstance(value, bool):
+        return value
+    raise _expected("a number or string", value)
+
+
+_MESSAGE_CLASSES = (
+    t.JsonRpcRequest, t.JsonRpcNotification, t.JsonRpcSuccessResponse, t.JsonRpcErrorResponse,
+)
+
+
+def _make_converter(*, generated: bool = True) -> tuple[cattrs.Converter, _Codec]:
+    """A converter with every wire rule, and the codec that builds its hooks.
+
+    ``generated=False`` builds the class hooks with cattrs' own
+    ``make_dict_structure_fn`` and ``make_dict_unstructure_fn`` instead of
+    this module's generated functions: the reference the tests compare them
+    with.
+    """
     conv = cattrs.Converter(detailed_validation=True, forbid_extra_keys=False)
-    codec = _Codec(conv)
+    codec = _Codec(conv, generated=generated)
 
     conv.register_structure_hook(str, _s_str)
     conv.register_structure_hook(int, _s_int)
@@ -689,19 +1307,30 @@ def _make_converter() -> cattrs.Converter:
             hook = conv.get_unstructure_hook(members[0])
             return lambda v: None if v is None else hook(v)
         # Other unions unstructure by the runtime class of the value.
+        if generated:
+            return codec.unstructure_as_runtime_type
         return lambda v: conv.unstructure(v, unstructure_as=type(v))
 
     conv.register_unstructure_hook_factory(_is_union, union_unstructure)
     conv.register_unstructure_hook_func(
         _is_tuple, lambda v: [conv.unstructure(x) for x in v]
     )
+    conv.register_structure_hook_func(_is_raw_message, codec.structure_raw_message_as)
+    conv.register_unstructure_hook_func(_is_message, codec.unstructure_message)
+    conv.register_unstructure_hook(
+        t.JsonRpcError,
+        lambda e: {"code": e.code, "message": e.message}
+        | ({} if e.data is None else {"data": conv.unstructure(e.data)}),
+    )
     conv.register_unstructure_hook_func(
         _is_literal, lambda v: v.value if isinstance(v, Enum) else v
     )
-    return conv
+    return conv, codec
 
 
-converter: cattrs.Converter = _make_converter()
+converter: cattrs.Converter
+_CODEC: _Codec
+converter, _CODEC = _make_converter()
 """The library's converter.  Use it as any cattrs converter, e.g.
 ``converter.structure(data, SessionSummary)``; its errors are cattrs' own, so
 prefer :func:`structure`, which raises the library's documented errors."""
@@ -774,12 +1403,17 @@ def dumps(obj: Any) -> str:
     :class:`~agenthost_protocol.errors.LocalProtocolError`.
     """
     try:
-        data = unstructure(obj)
-        return json.dumps(data, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        data = converter.unstructure(obj)
+        return _JSON.dumps(data)
     except JsonValueError as e:
         raise LocalProtocolError(e.message, path=_format_path(e.path)) from None
     except ValueError as e:  # allow_nan=False: a float field holding NaN or an infinity
         raise LocalProtocolError(f"not representable in JSON: {e}") from None
+
+
+# ---------------------------------------------------------------------------
+# JSON text
+# ---------------------------------------------------------------------------
 
 
 def _reject_constant(name: str) -> Any:
@@ -794,10 +1428,176 @@ def _finite_float(text: str) -> float:
 
 
 # ``\ud800``-``\udfff`` escapes: the only way lone surrogates get into decoded text.
-# Built once: ``json.loads`` with hooks would build a decoder (and its scanner)
-# on every call.  It holds no state between calls.
-_DECODER: Final = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_float)
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_WHITESPACE = re.compile(r"[ \t\n\r]*")  # json.decoder.WHITESPACE
+
+
+def _skip_whitespace(text: str, idx: int) -> int:
+    match = _WHITESPACE.match(text, idx)
+    return idx if match is None else match.end()
+
+_JSON_WHITESPACE = " \t\n\r"
+
+
+class _StdlibJson:
+    """Strict JSON with the standard library: the reference every backend must match.
+
+    The decoder and the encoder are built once (``json.loads`` with hooks, or
+    ``json.dumps`` with options, builds new ones on every call); neither holds
+    state between calls.
+    """
+
+    name = "json"
+
+    def __init__(self) -> None:
+        self.decoder: Final = json.JSONDecoder(
+            parse_constant=_reject_constant, parse_float=_finite_float
+        )
+        # The scanner ``decode`` calls (the C one when the interpreter has it).
+        self.scan: Final[Callable[[str, int], tuple[Any, int]]] = cast(
+            Any, self.decoder
+        ).scan_once
+        encoder = json.JSONEncoder(
+            separators=(",", ":"), ensure_ascii=False, allow_nan=False, check_circular=False
+        )
+        self.encode: Callable[[Any], str] = encoder.encode
+        c_make_encoder = getattr(json.encoder, "c_make_encoder", None)
+        try:
+            # What ``encoder.encode`` runs for a dict or a list, made once.
+            chunks = c_make_encoder(  # type: ignore[misc]
+                None, encoder.default, json.encoder.encode_basestring, None,
+                ":", ",", False, False, False,
+            )
+            sample = {"a": [1, 2.5, None, True, "é\n"], "b": {}}
+            if "".join(chunks(sample, 0)) != encoder.encode(sample):
+                raise ValueError("not the encoder expected")  # another interpreter's
+        except Exception:  # no C encoder, or one that takes other arguments
+            return
+
+        def encode(data: Any) -> str:
+            return "".join(chunks(data, 0))
+
+        self.encode = encode
+
+    def decode(self, text: str) -> Any:
+        """``JSONDecoder.decode``, inlined."""
+        idx = _skip_whitespace(text, 0) if text[:1] in _JSON_WHITESPACE else 0
+        try:
+            value, end = self.scan(text, idx)
+        except StopIteration as err:
+            raise json.JSONDecodeError("Expecting value", text, err.value) from None
+        if end != len(text):
+            end = _skip_whitespace(text, end)
+            if end != len(text):
+                raise json.JSONDecodeError("Extra data", text, end)
+        return value
+
+    def loads(self, data: bytes | bytearray | memoryview | str) -> Any:
+        try:
+            if isinstance(data, (bytes, bytearray, memoryview)):
+                data = bytes(data).decode("utf-8")
+            elif not data.isascii() and lone_surrogate_at(data) >= 0:
+                raise ParseError(f"a lone surrogate at index {lone_surrogate_at(data)}")
+            value = self.decode(data)
+        except UnicodeDecodeError as e:
+            raise ParseError(f"not UTF-8: {e.reason}") from None
+        except json.JSONDecodeError as e:
+            raise ParseError(f"not JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+        except RecursionError:
+            raise ParseError("JSON nested too deeply") from None
+        except (ValueError, TypeError) as e:
+            raise ParseError(f"not JSON: {e}") from None
+        if "\\u" in data and _SURROGATE_ESCAPE.search(data):
+            try:
+                copy_json(value)  # finds the string and its path
+            except JsonValueError as e:
+                raise ParseError(e.message, path=_format_path(e.path)) from None
+        return value
+
+    def dumps(self, data: Any) -> str:
+        """Compact JSON text; ``ValueError`` or ``JsonValueError`` for what is not JSON."""
+        text = json.encoder.encode_basestring(data) if type(data) is str else self.encode(data)
+        if not text.isascii() and lone_surrogate_at(text) >= 0:
+            copy_json(data)  # raises JsonValueError with the path of the string
+            raise JsonValueError("a string holds a lone surrogate", ())
+        return text
+
+
+# A run of 19 digits may be an integer beyond 64 bits, which orjson reads as a
+# float; such texts are parsed by the standard library, which keeps them exact.
+_DIGIT_CLASSES = bytes(48 if 48 <= b <= 57 else 32 for b in range(256))
+_LONG_NUMBER = b"0" * 19
+_DEEP = 256
+"""Texts that nest this deep are parsed by the standard library (its limit
+depends on the caller's stack; orjson's is 1024)."""
+
+
+def _depth_at_least(value: Any, limit: int) -> bool:
+    """Whether the JSON value ``value`` nests ``limit`` arrays or objects deep."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth >= limit:
+            return True
+        children = item.values() if type(item) is dict else item
+        stack.extend((c, depth + 1) for c in children if type(c) in (dict, list))
+    return False
+
+
+class _OrjsonJson(_StdlibJson):
+    """The ``orjson`` parser, falling back to the standard library for anything it cannot do alike.
+
+    orjson rejects every text the standard library path rejects, except
+    integers beyond 64 bits (it reads them as floats) and nesting between the
+    standard library's limit and its own: texts that may hold either are
+    parsed by the standard library.  Whatever orjson rejects is parsed again
+    by the standard library, so errors (message, path, code) are the same.
+    """
+
+    name = "orjson"
+
+    def __init__(self, module: Any) -> None:
+        super().__init__()
+        self.orjson_loads: Final[Callable[[bytes], Any]] = module.loads
+        self.orjson_error: Final[type[Exception]] = module.JSONDecodeError
+
+    def loads(self, data: bytes | bytearray | memoryview | str) -> Any:
+        if type(data) is bytes:
+            raw = data
+        elif type(data) is str:
+            try:
+                raw = data.encode("utf-8")
+            except UnicodeEncodeError:  # a lone surrogate
+                return _StdlibJson.loads(self, data)
+        elif isinstance(data, (bytearray, memoryview)):
+            raw = bytes(data)
+        else:
+            return _StdlibJson.loads(self, data)
+        try:
+            value = self.orjson_loads(raw)
+        except self.orjson_error:
+            return _StdlibJson.loads(self, data)
+        if _LONG_NUMBER in raw.translate(_DIGIT_CLASSES) or (
+            len(raw) > 2 * _DEEP
+            and raw.count(b"[") + raw.count(b"{") >= _DEEP
+            and _depth_at_least(value, _DEEP)
+        ):
+            return _StdlibJson.loads(self, data)
+        return value
+
+
+def _json_backend() -> _StdlibJson:
+    """orjson when it is installed (the ``fast`` extra), else the standard library."""
+    try:
+        module = importlib.import_module("orjson")
+    except ImportError:
+        return _StdlibJson()
+    return _OrjsonJson(module)
+
+
+_JSON: Final = _json_backend()
+JSON_BACKEND: Final[str] = _JSON.name
+"""The JSON parser in use: ``"orjson"`` (the ``fast`` extra is installed) or ``"json"``."""
 
 
 def parse_json(data: bytes | bytearray | memoryview | str) -> Any:
@@ -806,28 +1606,10 @@ def parse_json(data: bytes | bytearray | memoryview | str) -> Any:
     Stricter than :func:`json.loads`: ``NaN``, ``Infinity`` and numbers that
     overflow a float (``1e999``) are rejected, and so is a string holding a
     lone surrogate (an unpaired ``\\ud800`` escape cannot be written back as
-    UTF-8); the error names the path of that string.
+    UTF-8); the error names the path of that string.  With orjson installed
+    the result and the errors are the same, only faster.
     """
-    try:
-        if isinstance(data, (bytes, bytearray, memoryview)):
-            data = bytes(data).decode("utf-8")
-        elif not data.isascii() and lone_surrogate_at(data) >= 0:
-            raise ParseError(f"a lone surrogate at index {lone_surrogate_at(data)}")
-        value = _DECODER.decode(data)
-    except UnicodeDecodeError as e:
-        raise ParseError(f"not UTF-8: {e.reason}") from None
-    except json.JSONDecodeError as e:
-        raise ParseError(f"not JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
-    except RecursionError:
-        raise ParseError("JSON nested too deeply") from None
-    except (ValueError, TypeError) as e:
-        raise ParseError(f"not JSON: {e}") from None
-    if "\\u" in data and _SURROGATE_ESCAPE.search(data):
-        try:
-            copy_json(value)  # finds the string and its path
-        except JsonValueError as e:
-            raise ParseError(e.message, path=_format_path(e.path)) from None
-    return value
+    return _JSON.loads(data)
 
 
 def parse_action(data: Any) -> t.StateAction:
@@ -838,17 +1620,6 @@ def parse_action(data: Any) -> t.StateAction:
 def parse_envelope(data: Any) -> t.ActionEnvelope:
     """Decode an ``ActionEnvelope`` (the params of an ``action`` notification)."""
     return structure(data, t.ActionEnvelope)
-
-
-_PARAMS_HOOKS: dict[str, Callable[[Any, Any], Any]] = {}
-
-
-def _params_hook(method: str) -> Callable[[Any, Any], Any]:
-    """The structure hook of a method's params, looked up once per method."""
-    hook = _PARAMS_HOOKS.get(method)
-    if hook is None:
-        hook = _PARAMS_HOOKS[method] = converter.get_structure_hook(METHODS[method].params)
-    return hook
 
 
 def parse_message(
@@ -874,150 +1645,4 @@ def parse_message(
     answers those), ``True`` otherwise, with ``request_id`` ``None`` when the
     answer must carry ``"id": null``.  ``error.response()`` builds it.
     """
-    obj = parse_json(data) if isinstance(data, (bytes, bytearray, memoryview, str)) else data
-    if not isinstance(obj, Mapping):
-        raise InvalidRequest(f"expected a JSON-RPC object, got {_kind(obj)}", path="$")
-    if obj.get("jsonrpc") != "2.0":
-        raise InvalidRequest('"jsonrpc" must be "2.0"', path="$.jsonrpc")
-    has_id = "id" in obj
-    msg_id = obj.get("id")
-    if has_id and not (
-        msg_id is None or (isinstance(msg_id, (int, str)) and not isinstance(msg_id, bool))
-    ):
-        raise InvalidRequest("id must be a number or a string", path="$.id")
-    if "method" in obj:
-        method = obj["method"]
-        if not isinstance(method, str):
-            raise InvalidRequest("method must be a string", path="$.method")
-        info = METHODS.get(method)
-        is_request = has_id
-        # A notification is never answered, whatever is wrong with it (§5).
-        if info is None or (info.kind is MessageKind.REQUEST) != is_request:
-            what = "request" if is_request else "notification"
-            raise MethodNotFound(f"unknown {what} method {method!r}", path="$.method",
-                                 request_id=msg_id, respond=is_request)
-        if "params" not in obj:
-            raise InvalidParams("params missing", path="$.params", request_id=msg_id,
-                                respond=is_request)
-        try:
-            params = _params_hook(method)(obj["params"], info.params)
-        except Exception as e:
-            raise _raise(e, ("params",), request_id=msg_id, respond=is_request) from None
-        if is_request:
-            if msg_id is None:
-                raise InvalidRequest("a request id must not be null", path="$.id")
-            return t.JsonRpcRequest(id=msg_id, method=method, params=params)
-        return t.JsonRpcNotification(method=method, params=params)
-    if not has_id:
-        raise InvalidRequest("neither a request, a notification nor a response", path="$")
-    if "result" in obj and "error" not in obj:
-        if msg_id is None:
-            raise InvalidRequest("a success response id must not be null", path="$.id",
-                                 respond=False)
-        result = obj["result"]
-        method_name: str | None = None
-        if result_method is not None:
-            method_name = (
-                result_method.get(msg_id) if isinstance(result_method, Mapping)
-                else result_method(msg_id)
-            )
-        info = METHODS.get(method_name) if method_name is not None else None
-        if info is not None and info.kind is MessageKind.REQUEST:
-            if info.result is None:
-                if result is not None:
-                    raise InvalidParams("expected a null result", path="$.result",
-                                        request_id=msg_id, respond=False)
-            else:
-                try:
-                    result = converter.structure(result, info.result)
-                except Exception as e:
-                    # A response is never answered: report it, send nothing.
-                    raise _raise(e, ("result",), request_id=msg_id, respond=False) from None
-        return t.JsonRpcSuccessResponse(id=msg_id, result=result)
-    if "error" in obj and "result" not in obj:
-        try:
-            error = converter.structure(obj["error"], t.JsonRpcError)
-        except Exception as e:
-            raise _raise(
-                e, ("error",), InvalidRequest, request_id=msg_id, respond=False
-            ) from None
-        return t.JsonRpcErrorResponse(id=msg_id, error=error)
-    raise InvalidRequest("a response has exactly one of result and error", path="$",
-                         request_id=msg_id, respond=False)
-
-
-def _structure_raw_message(value: Any, _: Any) -> t.JsonRpcMessage:
-    """``JsonRpcMessage`` with raw params and results (the round-trip corpus' type)."""
-    if type(value) is not dict:
-        raise _expected("an object", value)
-    if value.get("jsonrpc") != "2.0":
-        raise _Fail('must be "2.0"', ("jsonrpc",))
-    if "method" in value:
-        method = _field(_s_str, value, "method")
-        params = value.get("params")
-        if "id" in value:
-            return t.JsonRpcRequest(id=_field(_s_id, value, "id"), method=method, params=params)
-        return t.JsonRpcNotification(method=method, params=params)
-    if "result" in value:
-        return t.JsonRpcSuccessResponse(id=_field(_s_id, value, "id"), result=value["result"])
-    if "error" in value:
-        error = converter.structure(value["error"], t.JsonRpcError)
-        msg_id = value.get("id")
-        return t.JsonRpcErrorResponse(id=None if msg_id is None else _field(_s_id, value, "id"),
-                                      error=error)
-    raise _Fail("neither a request, a notification nor a response")
-
-
-def _is_raw_message(tp: Any) -> bool:
-    return bool(tp == t.JsonRpcMessage) or tp in _MESSAGE_CLASSES or (
-        get_origin(tp) in _MESSAGE_CLASSES and get_args(tp) == (Any,)
-    )
-
-
-def _s_id(value: Any, _: Any) -> int | str:
-    if isinstance(value, (int, str)) and not isinstance(value, bool):
-        return value
-    raise _expected("a number or string", value)
-
-
-def _unstructure_message(msg: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {"jsonrpc": "2.0"}
-    if isinstance(msg, t.JsonRpcRequest):
-        out["id"] = msg.id
-        out["method"] = msg.method
-        if msg.params is not None:
-            out["params"] = converter.unstructure(msg.params)
-    elif isinstance(msg, t.JsonRpcNotification):
-        out["method"] = msg.method
-        if msg.params is not None:
-            out["params"] = converter.unstructure(msg.params)
-    elif isinstance(msg, t.JsonRpcSuccessResponse):
-        out["id"] = msg.id
-        out["result"] = converter.unstructure(msg.result)
-    else:
-        out["id"] = msg.id
-        out["error"] = converter.unstructure(msg.error, t.JsonRpcError)
-    return out
-
-
-_MESSAGE_CLASSES = (
-    t.JsonRpcRequest, t.JsonRpcNotification, t.JsonRpcSuccessResponse, t.JsonRpcErrorResponse,
-)
-
-
-def _structure_raw_message_as(value: Any, tp: Any) -> t.JsonRpcMessage:
-    """A JSON-RPC message with raw params and result, of the kind ``tp`` names."""
-    msg = _structure_raw_message(value, tp)
-    expected: type = get_origin(tp) or tp
-    if tp != t.JsonRpcMessage and type(msg) is not expected:
-        raise _Fail(f"not a {expected.__name__}")
-    return msg
-
-
-converter.register_structure_hook_func(_is_raw_message, _structure_raw_message_as)
-converter.register_unstructure_hook_func(_is_message, _unstructure_message)
-converter.register_unstructure_hook(
-    t.JsonRpcError,
-    lambda e: {"code": e.code, "message": e.message}
-    | ({} if e.data is None else {"data": converter.unstructure(e.data)}),
-)
+    return _CODEC.parse_message(data, result_method)

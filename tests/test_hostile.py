@@ -8,6 +8,7 @@ example that first showed it.
 from __future__ import annotations
 
 import copy
+import importlib
 import json
 from typing import Any
 
@@ -27,6 +28,31 @@ from agenthost_protocol.errors import (
 )
 from agenthost_protocol.reducers import reduce
 from agenthost_protocol.versions import select_version_from_supported
+
+orjson: Any
+try:
+    orjson = importlib.import_module("orjson")
+except ImportError:  # the ``fast`` extra is not installed
+    orjson = None
+
+
+@pytest.fixture(scope="module", autouse=True, params=["json", "orjson"])
+def json_backend(request: pytest.FixtureRequest) -> Any:
+    """Every rule here holds under each JSON parser: the standard library's and orjson's."""
+    if request.param == "orjson":
+        if orjson is None:
+            pytest.skip("the fast extra (orjson) is not installed")
+        backend: Any = wire._OrjsonJson(orjson)
+    else:
+        backend = wire._StdlibJson()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(wire, "_JSON", backend)
+        yield backend.name
+
+
+def test_the_backend_is_in_use(json_backend: str) -> None:
+    assert wire._JSON.name == json_backend
+
 
 json_scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False,
     allow_infinity=False) | st.text()

@@ -1,20 +1,33 @@
-"""``agenthost-protocol serve``: a real AHP host with the demo agent, on WebSocket or stdio.
+"""``agenthost-protocol serve``: a real AHP host with an agent, on WebSocket or stdio.
 
-:func:`serve_demo` runs until it is told to stop (SIGINT, SIGTERM, or the
-``stop`` event) or, with ``stdio``, until the one connection ends; then every
-connection is closed cleanly.  :func:`run` is the command's body.
+The agent is the built-in demo (the default), or a real agent process on
+stdio behind a bridge: an ACP agent (:mod:`..bridges.acp_runner`, one
+process for every session) or a pi / xcsh agent in RPC mode
+(:mod:`..bridges.pi_runner`, one process per session).  Each is driven by a
+:class:`ServedAgent` (the demo's :class:`~.demo.DemoPacer` or a runner)
+that the one serving path starts, if it can be started, before anything is
+served, and closes at the end.
+
+:func:`serve_host` runs until it is told to stop (SIGINT, SIGTERM, or the
+``stop`` event) or, with ``stdio``, until the one connection ends; then the
+agent is stopped (its processes too) and every connection is closed
+cleanly.  :func:`run` is the command's body.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import logging
+import os
+import shlex
+import shutil
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterator
-from typing import IO
+from collections.abc import Callable, Iterator, Mapping
+from typing import IO, TYPE_CHECKING, Protocol, runtime_checkable
 
 from attrs import field, frozen
 
@@ -26,11 +39,38 @@ from .demo import DemoPacer
 from .server import HostServer, ServerLimits
 from .stdio import serve_stdio
 
-__all__ = ["ServeOptions", "build_demo_server", "run", "serve_demo"]
+if TYPE_CHECKING:
+    from ..bridges.acp_runner import AcpAgentRunner
+
+__all__ = [
+    "AgentKind",
+    "AgentStartError",
+    "ServeOptions",
+    "ServedAgent",
+    "StartableAgent",
+    "build_demo_server",
+    "build_server",
+    "run",
+    "serve_demo",
+    "serve_host",
+]
 
 log = logging.getLogger(__name__)
 
 SERVER_NAME = "agenthost-protocol"
+
+
+class AgentKind(str, enum.Enum):
+    """Which agent ``serve`` exposes (``--agent``)."""
+
+    DEMO = "demo"
+    """The built-in deterministic demo agent (no process)."""
+    ACP = "acp"
+    """An Agent Client Protocol agent: ``COMMAND ARGS`` spawned once, every session in it."""
+    PI = "pi"
+    """A pi agent in RPC mode: ``COMMAND ARGS`` spawned once per session."""
+    XCSH = "xcsh"
+    """The same with the xcsh dialect (``ready`` frame, host tools)."""
 
 
 @frozen(kw_only=True)
@@ -41,12 +81,43 @@ class ServeOptions:
     port: int = 8765
     stdio: bool = False
     step_delay: float = 0.05
-    """Seconds between two steps of a demo turn."""
+    """Seconds between two steps of a demo turn (the demo agent only)."""
     replay_window: int = 10_000
     """Envelopes kept for ``reconnect`` replays (older gaps get snapshots)."""
     ping_interval: float | None = 20.0
     """WebSocket ping frames (``None``: off); AHP's own keepalive is the client's ``ping``."""
     limits: ServerLimits = field(factory=ServerLimits)
+    agent: AgentKind = field(default=AgentKind.DEMO, converter=AgentKind)
+    agent_command: tuple[str, ...] = field(default=(), converter=tuple)
+    """``COMMAND ARGS...`` of the agent process: none for the demo, required otherwise."""
+    agent_env: Mapping[str, str] | None = field(default=None, hash=False)
+    """The agent processes' environment (``None``: ours, whole)."""
+
+
+class AgentStartError(Exception):
+    """The agent cannot be started: ``serve`` exits 1 with this message, serving nothing."""
+
+
+class ServedAgent(Protocol):
+    """What plays the host's agent: the demo's pacer, or a runner of agent processes.
+
+    It is the server's event handler (it installs itself).  ``close`` stops
+    it, its tasks and its processes, bounded in time; it is called once, at
+    the end, whatever happened before.
+    """
+
+    async def close(self) -> None: ...
+
+
+@runtime_checkable
+class StartableAgent(Protocol):
+    """A :class:`ServedAgent` that must start before anything is served."""
+
+    async def start(self) -> None:
+        """Raises :class:`AgentStartError` when the agent cannot start."""
+        ...
+
+    async def close(self) -> None: ...
 
 
 def _wall_clock() -> int:
@@ -66,6 +137,121 @@ def build_demo_server(
     server = HostServer(host, limits=options.limits)
     pacer = DemoPacer(DemoAgent(host), server, step_delay=options.step_delay)
     return server, pacer
+
+
+def build_server(
+    options: ServeOptions, clock: Callable[[], int] = _wall_clock
+) -> tuple[HostServer, ServedAgent]:
+    """A :class:`HostServer` whose host runs ``options.agent``, and what drives that agent.
+
+    Nothing is spawned yet: a :class:`StartableAgent` is started by
+    :func:`serve_host`.  Raises ``ValueError`` for a command given to the
+    demo or missing for another agent, :class:`AgentStartError` when the
+    command cannot be found or run, and ``ImportError`` when the ACP agent's
+    extra (``agent-client-protocol``) is missing.
+    """
+    kind = options.agent
+    if kind is AgentKind.DEMO:
+        if options.agent_command:
+            raise ValueError("the demo agent takes no command")
+        return build_demo_server(options, clock)
+    if not options.agent_command:
+        raise ValueError(f"the {kind.value} agent needs a command")
+    command, *args = options.agent_command
+    command = _resolve(command)
+    env = dict(options.agent_env) if options.agent_env is not None else dict(os.environ)
+    if kind is AgentKind.ACP:
+        try:
+            from ..bridges.acp_runner import (  # noqa: PLC0415
+                AcpAgentCommand,
+                build_acp_server,
+            )
+        except ImportError as e:
+            raise ImportError(
+                f"the ACP agent needs the acp extra: pip install 'agenthost-protocol[acp]' ({e})"
+            ) from e
+        server, runner = build_acp_server(
+            AcpAgentCommand(command=command, args=tuple(args), env=env), clock=clock,
+            replay_window=options.replay_window, limits=options.limits,
+        )
+        return server, _AcpAgent(runner, options.agent_command)
+    # the pi runner has no optional dependency, but only serve --agent pi needs it
+    from ..bridges.pi import PiDialect  # noqa: PLC0415
+    from ..bridges.pi_runner import PiAgentCommand, PiAgentRunner, pi_root_state  # noqa: PLC0415
+
+    dialect = PiDialect.XCSH if kind is AgentKind.XCSH else PiDialect.PI
+    host = Host(
+        clock=clock,
+        server_info=t.Implementation(name=SERVER_NAME, version=__version__),
+        root=pi_root_state(provider=kind.value, dialect=dialect),
+        replay_max_envelopes=options.replay_window,
+    )
+    server = HostServer(host, limits=options.limits)
+    pi = PiAgentRunner(server, PiAgentCommand(command=command, args=tuple(args), env=env),
+                       dialect=dialect, provider=kind.value)
+    return server, pi
+
+
+def _resolve(command: str) -> str:
+    """``command`` checked: found on ``PATH`` and executable; a relative path made absolute.
+
+    Absolute, because a pi session's process runs in the session's working
+    directory, where a relative path would name another file.
+    """
+    if not command:
+        raise AgentStartError("the agent command is empty")
+    where = "" if os.sep in command or (os.altsep and os.altsep in command) else " on PATH"
+    if shutil.which(command) is None:
+        raise AgentStartError(
+            f"cannot start the agent: {command!r} is not an executable file{where}")
+    return os.path.abspath(command) if where == "" else command
+
+
+class _AcpAgent:
+    """The ACP runner; a failed start raises :class:`AgentStartError`."""
+
+    def __init__(self, runner: AcpAgentRunner, command: tuple[str, ...]) -> None:
+        self.runner = runner
+        self._command = command
+
+    async def start(self) -> None:
+        name = shlex.join(self._command)
+        try:
+            await self.runner.start()
+        except OSError as e:
+            raise AgentStartError(f"cannot start the ACP agent {name}: {e}") from e
+        except RuntimeError as e:
+            cause = e.__cause__ if e.__cause__ is not None else e
+            if isinstance(cause, asyncio.TimeoutError):
+                reason = "no answer to initialize in time"
+            else:
+                reason = str(cause) or type(cause).__name__
+            process = self.runner.process
+            if (isinstance(cause, ConnectionError) and process is not None
+                    and process.returncode is not None):
+                reason += f" (it exited with status {process.returncode})"
+            raise AgentStartError(
+                f"the ACP agent {name} did not initialize: {reason}") from e
+        root = self.runner.host.state("ahp-root://")
+        names = [a.display_name for a in root.agents] if isinstance(root, t.RootState) else []
+        log.info("the ACP agent is up: %s (pid %s)", ", ".join(names),
+                 self.runner.process.pid if self.runner.process else "?")
+
+    async def close(self) -> None:
+        await self.runner.close()
+
+
+class _Closer:
+    """Closes the agent once: where the serving path says, or at the very end."""
+
+    def __init__(self, agent: ServedAgent) -> None:
+        self._agent = agent
+        self._closed = False
+
+    async def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            await self._agent.close()
 
 
 @contextlib.contextmanager
@@ -98,7 +284,7 @@ def _stop_on_signals(stop: asyncio.Event) -> Iterator[None]:
                 signal.signal(signum, handler)  # type: ignore[arg-type]
 
 
-async def serve_demo(
+async def serve_host(
     options: ServeOptions,
     *,
     ready: Callable[[str], None] | None = None,
@@ -106,25 +292,63 @@ async def serve_demo(
     stdin: IO[bytes] | None = None,
     stdout: IO[bytes] | None = None,
     handle_signals: bool = True,
+    clock: Callable[[], int] = _wall_clock,
 ) -> None:
-    """Serve the demo host until SIGINT/SIGTERM or ``stop`` (with ``stdio``: or the end).
+    """Serve ``options.agent`` until SIGINT/SIGTERM or ``stop`` (with ``stdio``: or the end).
 
-    ``ready`` is called with ``ws://HOST:PORT`` once the WebSocket server
-    listens.  Raises ``ImportError`` when websockets is missing (WebSocket
-    mode) and ``OSError`` when the address cannot be bound.
+    The agent is started first (a runner spawns its process); ``ready`` is
+    called with ``ws://HOST:PORT`` once the WebSocket server listens.  At
+    the end the agent is closed (its processes stopped), then every
+    connection.  Raises :class:`AgentStartError` when the agent cannot
+    start (nothing was served), ``ValueError`` for a command the agent kind
+    does not take, ``ImportError`` when websockets (WebSocket mode) or the
+    ACP extra is missing, and ``OSError`` when the address cannot be bound.
+    A stop while the agent starts cancels the start and returns.
     """
     stop = stop if stop is not None else asyncio.Event()
-    server, pacer = build_demo_server(options)
+    server, agent = build_server(options, clock)
+    closer = _Closer(agent)
     with _stop_on_signals(stop) if handle_signals else contextlib.nullcontext():
-        if options.stdio:
-            await _serve_stdio(server, pacer, stop, stdin, stdout)
-        else:
-            await _serve_websocket(server, pacer, options, stop, ready)
+        try:
+            if not await _start(agent, stop):
+                log.info("stopped before the agent started")
+                return
+            if options.agent_command:
+                log.info("agent: %s, %s", options.agent.value, shlex.join(options.agent_command))
+            if options.stdio:
+                await _serve_stdio(server, closer, stop, stdin, stdout)
+            else:
+                await _serve_websocket(server, closer, options, stop, ready)
+        finally:
+            await closer.close()
+
+
+serve_demo = serve_host
+"""The former name of :func:`serve_host` (the demo is ``ServeOptions``' default agent)."""
+
+
+async def _start(agent: ServedAgent, stop: asyncio.Event) -> bool:
+    """Start ``agent`` if it starts; ``False`` if ``stop`` came first (the start is cancelled)."""
+    if not isinstance(agent, StartableAgent):
+        return True
+    starting = asyncio.ensure_future(agent.start())
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+        if not starting.done():
+            starting.cancel()
+        await asyncio.gather(starting, stopping, return_exceptions=True)
+    if starting.cancelled():
+        return False
+    starting.result()  # raises AgentStartError
+    return True
 
 
 async def _serve_websocket(
     server: HostServer,
-    pacer: DemoPacer,
+    agent: _Closer,
     options: ServeOptions,
     stop: asyncio.Event,
     ready: Callable[[str], None] | None,
@@ -141,14 +365,17 @@ async def _serve_websocket(
             ready(endpoint.url)
         await stop.wait()
     finally:
-        await pacer.close()
-        await endpoint.close()
+        try:
+            # the agent first: what its end dispatches still reaches the clients
+            await agent.close()
+        finally:
+            await endpoint.close()
     log.info("stopped")
 
 
 async def _serve_stdio(
     server: HostServer,
-    pacer: DemoPacer,
+    agent: _Closer,
     stop: asyncio.Event,
     stdin: IO[bytes] | None,
     stdout: IO[bytes] | None,
@@ -159,9 +386,11 @@ async def _serve_stdio(
         await asyncio.wait({connection, stopping}, return_when=asyncio.FIRST_COMPLETED)
     finally:
         stopping.cancel()
-        await pacer.close()
-        await server.close()
-        await asyncio.gather(connection, stopping, return_exceptions=True)
+        try:
+            await agent.close()
+        finally:
+            await server.close()
+            await asyncio.gather(connection, stopping, return_exceptions=True)
     log.info("stopped")
 
 
@@ -170,7 +399,8 @@ def run(options: ServeOptions, out: IO[str] | None = None, err: IO[str] | None =
 
     Prints ``serving ws://HOST:PORT`` as the first line on ``out`` (not in
     stdio mode, where stdout is the protocol's).  0 after a clean shutdown,
-    1 when websockets is missing or the address cannot be bound.
+    1 when the agent cannot start, websockets (or the ACP extra) is missing,
+    or the address cannot be bound.
     """
     out = out if out is not None else sys.stdout
     err = err if err is not None else sys.stderr
@@ -179,11 +409,11 @@ def run(options: ServeOptions, out: IO[str] | None = None, err: IO[str] | None =
         print(f"serving {url}", file=out, flush=True)
 
     try:
-        asyncio.run(serve_demo(options, ready=ready))
+        asyncio.run(serve_host(options, ready=ready))
     except KeyboardInterrupt:
         # SIGINT before the handlers were installed: nothing was served yet
         return 0
-    except ImportError as e:
+    except (AgentStartError, ImportError, ValueError) as e:
         print(f"agenthost-protocol serve: {e}", file=err)
         return 1
     except OSError as e:

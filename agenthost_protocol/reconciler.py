@@ -18,9 +18,11 @@ For every subscribed channel it keeps
   renders.  It is cached: reading it again costs nothing, a dispatch extends
   it by one reduction, an in-order echo of an unchanged action (unless the
   echo is stamped at another instant than the dispatch was) or a foreign
-  action that changes nothing keeps it, and anything else marks it stale, to
-  be rebuilt on the next read from ``confirmed`` by replaying ``pending``
-  only (never the history).
+  action that changes nothing keeps it, a foreign action that commutes with
+  every pending action (their *footprints*, the last section of this module,
+  do not overlap) is applied to it on the next read, one reduction, and
+  anything else marks it stale, to be rebuilt on the next read from
+  ``confirmed`` by replaying ``pending`` only (never the history).
 
 **Clock policy.**  In AHP 0.7.0 only the chat reducer reads the clock, to
 stamp ``modifiedAt``.  The reconciler reads its ``now`` exactly once per
@@ -53,9 +55,10 @@ A reconciler is not thread-safe; drive it from one task or thread.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from enum import Enum
-from typing import Any, Final, get_args
+from types import MappingProxyType
+from typing import Any, Final, NamedTuple, get_args
 
 from attrs import frozen
 
@@ -64,26 +67,121 @@ from .channels import channel_kind
 from .errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 from .reducers import STATE_TYPES, Clock, reduce
 from .reducers._clock import clamp_ms, now_ms
+from .reducers._status import _BLOCKING as _BLOCKING_CALLS
 from .types import (
     ActionEnvelope,
     ActionOrigin,
+    AnnotationsEntryRemovedAction,
+    AnnotationsEntrySetAction,
+    AnnotationsRemovedAction,
+    AnnotationsSetAction,
     AnnotationsState,
+    AnnotationsUpdatedAction,
+    ChangesetClearedAction,
+    ChangesetContentChangedAction,
+    ChangesetFileRemovedAction,
+    ChangesetFileSetAction,
+    ChangesetFilesReviewChangedAction,
+    ChangesetOperationsChangedAction,
+    ChangesetOperationStatusChangedAction,
     ChangesetState,
+    ChangesetStatusChangedAction,
+    ChatActivityChangedAction,
+    ChatDeltaAction,
+    ChatDraftChangedAction,
+    ChatErrorAction,
+    ChatInputAnswerChangedAction,
+    ChatInputCompletedAction,
+    ChatInputRequestedAction,
+    ChatPendingMessageRemovedAction,
+    ChatPendingMessageSetAction,
+    ChatQueuedMessagesReorderedAction,
+    ChatReasoningAction,
+    ChatResponsePartAction,
     ChatState,
+    ChatToolCallApprovedAction,
+    ChatToolCallAuthRequiredAction,
+    ChatToolCallAuthResolvedAction,
+    ChatToolCallCompleteAction,
+    ChatToolCallContentChangedAction,
+    ChatToolCallDeltaAction,
+    ChatToolCallDeniedAction,
+    ChatToolCallReadyAction,
+    ChatToolCallResultConfirmedAction,
+    ChatToolCallStartAction,
+    ChatTruncatedAction,
+    ChatTurnCancelledAction,
+    ChatTurnCompleteAction,
+    ChatTurnsLoadedAction,
+    ChatTurnStartedAction,
+    ChatUsageAction,
+    ChatWorkingDirectoryRemovedAction,
+    ChatWorkingDirectorySetAction,
     DispatchActionParams,
+    InputRequestResponsePart,
+    MarkdownResponsePart,
+    PendingMessageKind,
+    ReasoningResponsePart,
     ReconnectParams,
     ReconnectReplayResult,
     ReconnectResult,
     ReconnectResultType,
     ReconnectSnapshotResult,
+    ResourceReponsePart,
+    ResourceWatchChangedAction,
     ResourceWatchState,
+    RootActiveSessionsChangedAction,
+    RootAgentsChangedAction,
+    RootConfigChangedAction,
     RootState,
+    RootTerminalsChangedAction,
+    SessionActiveClientRemovedAction,
+    SessionActiveClientSetAction,
+    SessionActivityChangedAction,
+    SessionChangesetsChangedAction,
+    SessionChatAddedAction,
+    SessionChatRemovedAction,
+    SessionChatUpdatedAction,
+    SessionConfigChangedAction,
+    SessionCreationFailedAction,
+    SessionCustomizationRemovedAction,
+    SessionCustomizationsChangedAction,
+    SessionCustomizationToggledAction,
+    SessionCustomizationUpdatedAction,
+    SessionDefaultChatChangedAction,
+    SessionInputNeededRemovedAction,
+    SessionInputNeededSetAction,
+    SessionIsArchivedChangedAction,
+    SessionIsReadChangedAction,
+    SessionMcpServerStartRequestedAction,
+    SessionMcpServerStateChangedAction,
+    SessionMcpServerStopRequestedAction,
+    SessionMetaChangedAction,
+    SessionReadyAction,
+    SessionServerToolsChangedAction,
     SessionState,
+    SessionTitleChangedAction,
+    SessionWorkingDirectoryRemovedAction,
+    SessionWorkingDirectorySetAction,
     Snapshot,
     SnapshotState,
     StateAction,
+    SystemNotificationResponsePart,
+    TerminalClaimedAction,
+    TerminalClearedAction,
+    TerminalCommandDetectionAvailableAction,
+    TerminalCommandExecutedAction,
+    TerminalCommandFinishedAction,
+    TerminalCwdChangedAction,
+    TerminalDataAction,
+    TerminalExitedAction,
+    TerminalInputAction,
+    TerminalResizedAction,
     TerminalState,
+    TerminalTitleChangedAction,
+    ToolCallResponsePart,
     UnknownAction,
+    UnknownToolCallState,
 )
 from .versions import IS_CLIENT_DISPATCHABLE
 
@@ -220,31 +318,120 @@ class ReconnectOutcome:
         return tuple(r.rejection for r in self.received if r.rejection is not None)
 
 
+_Deferred = tuple[StateAction, int | None]
+"""An action still to apply to the cached optimistic state, and the instant to
+reduce it at (``None``: the reduction on ``confirmed`` did not read the clock)."""
+
+
 class _Channel:
     """The mutable bookkeeping of one subscribed channel."""
 
-    __slots__ = ("cache", "confirmed", "last_seen", "pending")
+    __slots__ = ("cache", "confirmed", "deferred", "footprints", "last_seen", "pending")
 
-    def __init__(
-        self,
-        confirmed: SnapshotState,
-        last_seen: int,
-        pending: OrderedDict[int, PendingAction] | None = None,
-        cache: SnapshotState | None = None,
-    ) -> None:
+    def __init__(self, confirmed: SnapshotState, last_seen: int) -> None:
         self.confirmed = confirmed
         self.last_seen = last_seen
         # by clientSeq, in dispatch order: an echo finds its action, and the
         # head, in O(1) wherever the host answers (a deque scan was quadratic
         # for a host answering newest first)
-        self.pending: OrderedDict[int, PendingAction] = (
-            OrderedDict() if pending is None else pending
-        )
-        # optimistic state when pending is non-empty; None = stale, rebuild on read
-        self.cache = cache
+        self.pending: OrderedDict[int, PendingAction] = OrderedDict()
+        # When pending is non-empty and cache is not None, the optimistic
+        # state is cache with deferred applied in order; None = stale, replay
+        # pending on the next read.  deferred holds foreign actions that
+        # commute with every pending action (see _Footprints) and the
+        # dispatches that came after one: applied on the next read, so a
+        # client that reads rarely does not pay for every envelope.  It is
+        # never longer than pending, so a read never costs more than a replay.
+        self.cache: SnapshotState | None = None
+        self.deferred: list[_Deferred] = []
+        # the footprints of the pending actions, exactly
+        self.footprints = _Footprints()
+
+    def stale(self) -> None:
+        """Forget the optimistic state: the next read replays the pending actions."""
+        self.cache = None
+        self.deferred.clear()
 
     def copy(self) -> _Channel:
-        return _Channel(self.confirmed, self.last_seen, self.pending.copy(), self.cache)
+        twin = _Channel(self.confirmed, self.last_seen)
+        twin.pending = self.pending.copy()
+        twin.cache = self.cache
+        twin.deferred = self.deferred.copy()
+        twin.footprints = self.footprints.copy()
+        return twin
+
+
+class _Footprints:
+    """The union of the footprints of a channel's pending actions, counted by location.
+
+    Counted rather than collected so that an echo or a rejection takes its
+    action's footprint out again: the union is always exactly that of what
+    is pending, however long the connection lives.
+    """
+
+    __slots__ = ("opaque", "touched", "written")
+
+    def __init__(self) -> None:
+        self.opaque = 0  # pending actions without a footprint: nothing commutes then
+        # How many pending actions write (touch: write or read) each location
+        # ``(family, key)``, a whole family being ``(family, None)``, and each
+        # family with any key or none, as the bare ``family``.
+        self.written: dict[_Loc | str, int] = {}
+        self.touched: dict[_Loc | str, int] = {}
+
+    def copy(self) -> _Footprints:
+        twin = _Footprints()
+        twin.opaque = self.opaque
+        twin.written = self.written.copy()
+        twin.touched = self.touched.copy()
+        return twin
+
+    def count(self, action: StateAction, sign: int) -> None:
+        """Add (``sign`` 1) or take out (-1) the footprint of a pending action."""
+        footprint = _footprint(action)
+        if footprint is None:
+            self.opaque += sign
+            return
+        written, touched = self.written, self.touched
+        for loc in footprint.writes:
+            _bump(written, loc, sign)
+            _bump(written, loc[0], sign)
+            _bump(touched, loc, sign)
+            _bump(touched, loc[0], sign)
+        for loc in footprint.reads:
+            _bump(touched, loc, sign)
+            _bump(touched, loc[0], sign)
+
+    def admits(self, footprint: _Footprint | None) -> bool:
+        """Whether an action of this footprint commutes with every pending action.
+
+        Two locations overlap when their families are equal and their keys
+        are, or one of them is the whole family.  The action must write
+        nothing a pending action touches, and touch nothing one writes.
+        """
+        if footprint is None or self.opaque:
+            return False
+        for counts, locs in (
+            (self.touched, footprint.writes),
+            (self.written, footprint.writes),
+            (self.written, footprint.reads),
+        ):
+            for loc in locs:
+                family, key = loc
+                if key is None:
+                    if family in counts:  # the whole family meets any of its locations
+                        return False
+                elif loc in counts or (family, None) in counts:
+                    return False
+        return True
+
+
+def _bump(counts: dict[_Loc | str, int], item: _Loc | str, sign: int) -> None:
+    count = counts.get(item, 0) + sign
+    if count:
+        counts[item] = count
+    else:
+        del counts[item]
 
 
 class _Reading:
@@ -265,6 +452,41 @@ class _Reading:
 def _at(ms: int) -> Clock:
     """A clock stopped at ``ms``."""
     return lambda: ms
+
+
+class _Diverged(Exception):
+    """A deferred action did not reduce as it did on ``confirmed``: replay instead."""
+
+
+def _unread() -> int:
+    # The action did not read the clock on confirmed, and its footprint says
+    # it reduces alike on the cached state; should it want the clock here
+    # all the same, the replay decides (and the clock is not read twice).
+    raise _Diverged
+
+
+def _no_unknown(action: UnknownAction) -> None:
+    # An UnknownAction has no footprint, so it is never deferred; were one
+    # here, on_unknown must not hear of it twice.
+    raise _Diverged
+
+
+def _catch_up(
+    channel: str, state: SnapshotState, deferred: list[_Deferred]
+) -> SnapshotState | None:
+    """``state`` with the ``deferred`` actions applied in order, each at its instant.
+
+    ``None`` if one of them cannot be applied (it reduced on ``confirmed``,
+    and does on a well-formed state, but a replay is the reference): the
+    caller replays the pending actions, which reports any error as before.
+    """
+    try:
+        for action, at in deferred:
+            now = _unread if at is None else _at(at)
+            state = reduce(channel, state, action, now=now, on_unknown=_no_unknown)
+    except Exception:
+        return None
+    return state
 
 
 def _wire_type(action: StateAction) -> str:
@@ -332,6 +554,9 @@ class ClientReconciler:
         # the last ORPHAN_LIMIT dropped pending actions by clientSeq, oldest
         # first, for late echoes; an OrderedDict forgets its oldest in O(1)
         self._orphans: OrderedDict[int, PendingAction] = OrderedDict()
+        # False: every rebase replays the pending actions, as before footprints
+        # existed.  Private, for the benchmark and the tests that compare both.
+        self._incremental = True
 
     # -- reading ---------------------------------------------------------------
 
@@ -361,21 +586,30 @@ class ClientReconciler:
     def optimistic(self, channel: str) -> SnapshotState:
         """``confirmed`` with ``pending`` replayed on top: the state to render.
 
-        Cached; a rebuild replays the pending actions only, each at its
-        ``dispatched_at``.  Raises :class:`RemoteProtocolError`, changing
-        nothing, if the confirmed state cannot take a pending action (an
-        ill-typed state from the host: the pending actions were checked when
-        dispatched).
+        Cached; a foreign action that commutes with every pending action is
+        applied to the cached state (see the module's footprints), anything
+        else that changes ``confirmed`` makes the next read replay the
+        pending actions, each at its ``dispatched_at``.  Raises
+        :class:`RemoteProtocolError`, changing nothing, if the confirmed
+        state cannot take a pending action (an ill-typed state from the
+        host: the pending actions were checked when dispatched).
         """
         ch = self._get(channel)
         if not ch.pending:
             return ch.confirmed
-        if ch.cache is None:
+        state = ch.cache
+        if state is not None and ch.deferred:
+            # None if a deferred action would not reduce as it did on
+            # confirmed: then the replay below decides, errors included
+            state = _catch_up(channel, state, ch.deferred)
+            ch.cache = state
+            ch.deferred.clear()
+        if state is None:
             state = ch.confirmed
             for entry in ch.pending.values():
                 state = self._replay(channel, state, entry.action, entry.dispatched_at)
             ch.cache = state
-        return ch.cache
+        return state
 
     def reconnect_params(self) -> ReconnectParams:
         """The ``reconnect`` request's params for the tracked channels."""
@@ -453,18 +687,25 @@ class ClientReconciler:
             )
         _check_dispatchable(action)
         dispatched_at = self._read_clock()
+        defer = False
         if not ch.pending:
             cache: SnapshotState | None = self._replay(channel, ch.confirmed, action, dispatched_at)
-        elif ch.cache is not None:
+        elif ch.cache is not None and not ch.deferred:
             cache = self._replay(channel, ch.cache, action, dispatched_at)
         else:
-            cache = None  # stale already; rebuilt on the next read
+            # stale already (rebuilt on the next read), or behind: then the
+            # action goes after the deferred ones, reduced with them on the read
+            cache = ch.cache
+            defer = cache is not None
         client_seq = self._next_client_seq
         self._next_client_seq += 1
         ch.pending[client_seq] = PendingAction(
             channel=channel, client_seq=client_seq, action=action, dispatched_at=dispatched_at
         )
+        ch.footprints.count(action, 1)
         ch.cache = cache
+        if defer:
+            ch.deferred.append((action, dispatched_at))
         return DispatchActionParams(channel=channel, client_seq=client_seq, action=action)
 
     # -- receiving -------------------------------------------------------------
@@ -636,9 +877,10 @@ class ClientReconciler:
             if reason is not None:
                 ch.last_seen = seq
                 return Received(kind=ReceiveKind.FOREIGN_REJECTED, envelope=envelope)
-            new = self._reduce(channel, ch.confirmed, envelope.action, self._reducer_clock, path)
+            reading = _Reading(self._reducer_clock)
+            new = self._reduce(channel, ch.confirmed, envelope.action, reading, path)
             if new is not ch.confirmed:
-                ch.cache = None  # rebase on the next read
+                self._rebase(ch, envelope.action, reading.ms)
             ch.confirmed = new
             ch.last_seen = seq
             return Received(kind=ReceiveKind.FOREIGN, envelope=envelope)
@@ -661,17 +903,19 @@ class ClientReconciler:
                     echo_of=orphan,
                     rejection=_rejection(orphan, reason, seq),
                 )
-            new = self._reduce(channel, ch.confirmed, envelope.action, self._reducer_clock, path)
+            reading = _Reading(self._reducer_clock)
+            new = self._reduce(channel, ch.confirmed, envelope.action, reading, path)
             del orphans[client_seq]
             if new is not ch.confirmed:
-                ch.cache = None
+                self._rebase(ch, envelope.action, reading.ms)
             ch.confirmed = new
             ch.last_seen = seq
             return Received(kind=ReceiveKind.LATE_ECHO, envelope=envelope, echo_of=orphan)
 
         if reason is not None:
             del ch.pending[client_seq]
-            ch.cache = None
+            ch.footprints.count(entry.action, -1)
+            ch.stale()
             ch.last_seen = seq
             return Received(
                 kind=ReceiveKind.REJECTED,
@@ -683,21 +927,45 @@ class ClientReconciler:
         new = self._reduce(channel, ch.confirmed, envelope.action, reading, path)
         head = next(iter(ch.pending))
         del ch.pending[client_seq]
+        ch.footprints.count(entry.action, -1)
         # The cache is confirmed + head + rest, the head reduced at its
-        # dispatched_at.  It stays right only if the echo is the head, unchanged,
-        # and reduced to the same state: at the same instant, or without
-        # reading the clock (a reducer reads it, or not, whatever it returns).
+        # dispatched_at (then the deferred actions).  It stays right only if
+        # the echo is the head, unchanged, and reduced to the same state: at
+        # the same instant, or without reading the clock (a reducer reads it,
+        # or not, whatever it returns).  And it is worth keeping only while
+        # catching up with the deferred actions costs no more than a replay.
         keep = (
             head == client_seq
             and envelope.action == entry.action
             and (reading.ms is None or reading.ms == entry.dispatched_at)
+            and len(ch.deferred) <= len(ch.pending)
             and bool(ch.pending)
         )
         if not keep:
-            ch.cache = None
+            ch.stale()
         ch.confirmed = new
         ch.last_seen = seq
         return Received(kind=ReceiveKind.ECHO, envelope=envelope, echo_of=entry)
+
+    def _rebase(self, ch: _Channel, action: StateAction, at: int | None) -> None:
+        """Rebase the pending actions after a foreign ``action`` changed ``confirmed``.
+
+        ``at`` is the clock reading it was reduced at (``None``: none was
+        taken).  When it commutes with every pending action (their
+        footprints), the optimistic state is the cached one with ``action``
+        applied at ``at``: deferred to the next read, one reduction.  Else,
+        and once as many actions are deferred as are pending (a replay would
+        cost no more), the next read replays the pending actions.
+        """
+        if (
+            ch.cache is not None
+            and self._incremental
+            and len(ch.deferred) < len(ch.pending)
+            and ch.footprints.admits(_footprint(action))
+        ):
+            ch.deferred.append((action, at))
+        else:
+            ch.stale()
 
     def _apply_replay(self, result: ReconnectReplayResult) -> ReconnectOutcome:
         actions = _sequence(result.actions, "$.result.actions")
@@ -729,7 +997,8 @@ class ClientReconciler:
         )
         for ch in channels.values():
             ch.pending.clear()
-            ch.cache = None
+            ch.stale()
+            ch.footprints = _Footprints()
         dropped = tuple(sorted(dropped, key=_by_client_seq))
         _remember_orphans(orphans, dropped)
         self._channels = channels
@@ -902,3 +1171,355 @@ def _remember_orphans(
         orphans[entry.client_seq] = entry
     while len(orphans) > limit:
         orphans.popitem(last=False)
+
+
+# -- rebasing without a replay: footprints -------------------------------------
+#
+# A foreign action ``f`` applied to ``confirmed`` must end up under the pending
+# actions ``p1..pn``: the optimistic state becomes ``pn(..p1(f(C)))``.  When
+# ``f`` commutes with every ``pi`` that is ``f(pn(..p1(C)))``, i.e. ``f``
+# applied to the optimistic state already computed: one reduction instead of
+# n.  The argument (docs/reconciler.md, "Rebasing without a replay"):
+#
+# A channel state is cut into *locations*: ``(family, key)`` pairs, where a
+# family is a field (``title``) or a keyed collection (``part``, keyed by part
+# id) and ``key`` ``None`` stands for every key of the family.  An action's
+# footprint names what it may change (``writes``) and what the values it
+# writes depend on (``reads``, which with ``writes`` is everything it
+# *touches*), and must be sound for every state: outside ``writes`` the
+# result equals the state, and inside it the result is a function of the
+# touched locations alone (and of the action and its clock reading).  Some
+# locations are *views*, values computed from others (``blocking``: whether a
+# group of parts waits for the user): an action that may change a view lists
+# it in ``writes``.  If ``writes(f)`` is disjoint from ``touches(p)`` and
+# ``writes(p)`` from ``touches(f)``, then ``p(f(s)) == f(p(s))`` for every
+# ``s``: a location ``f`` writes is computed by ``f`` from what ``p`` leaves
+# unchanged (locations it does not write, views it does not list), so ``f``
+# computes it alike before or after ``p``, and ``p`` leaves it as ``f`` wrote
+# it; symmetrically for ``p``; every other location neither changes.
+# Footprints depend on the action only (never on a state), so one check
+# against the union of the pending actions' footprints covers every ``pi``
+# whatever the states in between.
+#
+# Footprints may over-approximate (more fall-backs to the replay, never a
+# wrong state); an action without a rule (an ``UnknownAction``, a part of an
+# unknown kind, a footprint that cannot be computed from an ill-typed action)
+# has none, and anything it meets falls back to the replay.
+#
+# Families are named after the fields (wire names) of the channel's state;
+# the chat's active turn is cut finer, since streaming into it while the user
+# has actions pending is the spec's own example:
+#
+# * ``turn``: whether there is an active turn, its id, ``startedAt`` and
+#   message (every turn-scoped action reads it: no-op unless ``turnId``
+#   names the active turn); ``usage``: its usage;
+# * ``order``: the sequence of its parts' keys.  A part's key is ``id:<id>``
+#   for markdown and reasoning parts and tool calls (one namespace: a delta
+#   looks for the first part with that id among all three), ``input:<id>``
+#   for input requests, ``none`` for parts no action addresses (content
+#   references, system notifications).  Parts are only appended, or changed
+#   in place keeping their key, until the turn ends;
+# * ``part``/``<key>``: the parts with that key, but for ``text``/``<key>``,
+#   the text of those of them that are markdown or reasoning parts (a delta
+#   appends there); every action that finds a part by id or tool-call id
+#   finds it among the parts with its key;
+# * ``blocking``/``<key>``: the view "one of the parts with that key waits for
+#   the user" (a blocking tool call, an input request without response).
+#   The chat status is recomputed from the active turn through this view
+#   only (``reducers._status.needs_input``);
+# * ``status.activity``, ``status.read``, ``status.archived``: the bits of a
+#   status the reducers change separately (the activity bits, IS_READ,
+#   IS_ARCHIVED); every other bit is kept by every action.
+
+_Loc = tuple[str, str | None]
+"""A location of a channel state: ``(family, key)``; key ``None`` is the whole family."""
+
+
+class _Footprint(NamedTuple):
+    writes: tuple[_Loc, ...]
+    """What the action may change (views included)."""
+    reads: tuple[_Loc, ...]
+    """What the values it writes depend on, besides ``writes`` (which it may read too)."""
+
+
+def _whole(*families: str) -> tuple[_Loc, ...]:
+    return tuple((family, None) for family in families)
+
+
+def _fields(*families: str) -> _Footprint:
+    """Writes (and reads) these whole families, nothing else."""
+    return _Footprint(_whole(*families), ())
+
+
+_NOTHING: Final = _Footprint((), ())
+
+# The chat's active turn and the status bits, as locations.
+_TURN: Final[_Loc] = ("turn", None)
+_USAGE: Final[_Loc] = ("usage", None)
+_ORDER: Final[_Loc] = ("order", None)
+_ANY_BLOCKING: Final[_Loc] = ("blocking", None)
+_ACTIVITY_BITS: Final[_Loc] = ("status.activity", None)
+_IS_READ_BIT: Final[_Loc] = ("status.read", None)
+_MODIFIED_AT: Final[_Loc] = ("modifiedAt", None)
+_WHOLE_TURN: Final[tuple[_Loc, ...]] = (
+    _TURN,
+    _USAGE,
+    _ORDER,
+    ("part", None),
+    ("text", None),
+    _ANY_BLOCKING,
+)
+"""Everything the active turn holds: what starting, ending or truncating a turn replaces."""
+
+
+def _chat_text(action: ChatDeltaAction | ChatReasoningAction) -> _Footprint:
+    # the first part with that key, if a markdown (reasoning) part, gets the text
+    key = "id:" + action.part_id
+    return _Footprint((("text", key),), (_TURN, ("part", key)))
+
+
+def _chat_tool_call_update(
+    action: ChatToolCallDeltaAction | ChatToolCallContentChangedAction,
+) -> _Footprint:
+    # streaming stays streaming, running stays running: never blocking, and
+    # these two do not recompute the status
+    key = "id:" + action.tool_call_id
+    return _Footprint((("part", key),), (_TURN,))
+
+
+def _chat_tool_call_transition(action: Any) -> _Footprint:
+    # the six transitions (and both confirmations): the calls with that id
+    # change state, possibly to or from a blocking one, and the activity bits
+    # are recomputed from the whole turn, whether or not a call matched
+    key = "id:" + action.tool_call_id
+    return _Footprint(
+        (("part", key), ("blocking", key), _ACTIVITY_BITS), (_TURN, _ANY_BLOCKING)
+    )
+
+
+def _chat_tool_call_start(action: ChatToolCallStartAction) -> _Footprint:
+    # appends a streaming call, which does not block
+    key = "id:" + action.tool_call_id
+    return _Footprint((_ORDER, ("part", key)), (_TURN,))
+
+
+def _chat_response_part(action: ChatResponsePartAction) -> _Footprint | None:
+    part = action.part
+    kind = type(part)
+    writes: tuple[_Loc, ...]
+    if kind is MarkdownResponsePart or kind is ReasoningResponsePart:
+        key = "id:" + part.id  # type: ignore[union-attr]
+        writes = (_ORDER, ("part", key), ("text", key))
+    elif kind is ToolCallResponsePart:
+        call = part.tool_call  # type: ignore[union-attr]
+        if isinstance(call, UnknownToolCallState):
+            return None  # its id is a raw JSON value
+        key = "id:" + call.tool_call_id
+        writes = (_ORDER, ("part", key))
+        if isinstance(call, _BLOCKING_CALLS):
+            writes += (("blocking", key),)
+    elif kind is InputRequestResponsePart:
+        key = "input:" + part.request.id  # type: ignore[union-attr]
+        writes = (_ORDER, ("part", key))
+        if part.response is None:  # type: ignore[union-attr]
+            writes += (("blocking", key),)
+    elif kind is ResourceReponsePart or kind is SystemNotificationResponsePart:
+        writes = (_ORDER, ("part", "none"))
+    else:
+        return None  # an unknown kind: its raw id might be anything
+    return _Footprint(writes, (_TURN,))
+
+
+def _chat_turn_started(action: ChatTurnStartedAction) -> _Footprint:
+    # a fresh turn: the activity is in-progress whatever was there, IS_READ
+    # cleared, and the consumed queued (or steering) message removed
+    writes = (*_WHOLE_TURN, _ACTIVITY_BITS, _IS_READ_BIT, _MODIFIED_AT)
+    if action.queued_message_id:
+        writes += _whole("steeringMessage", "queuedMessages")
+    return _Footprint(writes, ())
+
+
+_CHAT_TURN_END: Final = _Footprint(
+    (*_WHOLE_TURN, ("turns", None), _MODIFIED_AT, _ACTIVITY_BITS), ()
+)
+"""Archives the whole active turn into ``turns``; the activity becomes idle or error."""
+
+_CHAT_TRUNCATED: Final = _Footprint(
+    (*_WHOLE_TURN, ("turns", None), ("turnsNextCursor", None), _MODIFIED_AT, _ACTIVITY_BITS), ()
+)
+
+
+def _chat_input_requested(action: ChatInputRequestedAction) -> _Footprint:
+    # upserts an open request into the active turn: blocking, the activity
+    # recomputed, IS_READ cleared
+    key = "input:" + action.request.id
+    return _Footprint(
+        (_ORDER, ("part", key), ("blocking", key), _ACTIVITY_BITS, _IS_READ_BIT, _MODIFIED_AT),
+        (_TURN, _ANY_BLOCKING),
+    )
+
+
+def _chat_input_answer_changed(action: ChatInputAnswerChangedAction) -> _Footprint:
+    # a draft answer of the open request: it stays open, the status is not recomputed
+    key = "input:" + action.request_id
+    return _Footprint((("part", key), _MODIFIED_AT), (_TURN,))
+
+
+def _chat_input_completed(action: ChatInputCompletedAction) -> _Footprint:
+    key = "input:" + action.request_id
+    return _Footprint(
+        (("part", key), ("blocking", key), _ACTIVITY_BITS, _MODIFIED_AT), (_TURN, _ANY_BLOCKING)
+    )
+
+
+def _chat_pending_message(
+    action: ChatPendingMessageSetAction | ChatPendingMessageRemovedAction,
+) -> _Footprint:
+    # the reducer treats every kind but steering as queued
+    if action.kind == PendingMessageKind.STEERING:
+        return _fields("steeringMessage")
+    return _fields("queuedMessages")
+
+
+def _keyed(keys: str, family: str, key: str) -> _Footprint:
+    """An upsert or removal by id in a list keyed by id: the entries with that id and the order."""
+    return _Footprint(((keys, None), (family, key)), ())
+
+
+def _files_review_changed(action: ChangesetFilesReviewChangedAction) -> _Footprint:
+    # changes ``reviewed`` of the files with the listed ids, in place
+    return _Footprint(tuple(("file", file_id) for file_id in action.files), ())
+
+
+def _changeset_content_changed(action: ChangesetContentChangedAction) -> _Footprint:
+    if action.operations is None:  # kept as they are
+        return _fields("files.order", "file", "error")
+    return _fields("files.order", "file", "error", "operations")
+
+
+_SESSION_INPUT_NEEDED: Final = _fields("inputNeeded", "status.activity")
+"""``inputNeededSet``/``Removed``: the list, and the activity bits derived from it."""
+
+_FootprintRule = _Footprint | Callable[[Any], "_Footprint | None"]
+
+_FOOTPRINTS: Final[Mapping[type, _FootprintRule]] = MappingProxyType(
+    {
+        # root
+        RootAgentsChangedAction: _fields("agents"),
+        RootActiveSessionsChangedAction: _fields("activeSessions"),
+        RootTerminalsChangedAction: _fields("terminals"),
+        RootConfigChangedAction: _fields("config"),
+        # session: whole fields, but for the status bits
+        SessionReadyAction: _fields("lifecycle"),
+        SessionCreationFailedAction: _fields("lifecycle", "creationError"),
+        SessionChatAddedAction: _fields("chats"),
+        SessionChatRemovedAction: _fields("chats", "defaultChat"),
+        SessionChatUpdatedAction: _fields("chats"),
+        SessionDefaultChatChangedAction: _fields("defaultChat"),
+        SessionTitleChangedAction: _fields("title"),
+        SessionServerToolsChangedAction: _fields("serverTools"),
+        SessionActiveClientSetAction: _fields("activeClients"),
+        SessionActiveClientRemovedAction: _fields("activeClients"),
+        SessionWorkingDirectorySetAction: _fields("workingDirectories"),
+        SessionWorkingDirectoryRemovedAction: _fields("workingDirectories"),
+        SessionInputNeededSetAction: _SESSION_INPUT_NEEDED,
+        SessionInputNeededRemovedAction: _SESSION_INPUT_NEEDED,
+        SessionCustomizationsChangedAction: _fields("customizations"),
+        SessionCustomizationToggledAction: _fields("customizations"),
+        SessionCustomizationUpdatedAction: _fields("customizations"),
+        SessionCustomizationRemovedAction: _fields("customizations"),
+        SessionMcpServerStateChangedAction: _fields("customizations"),
+        SessionMcpServerStartRequestedAction: _fields("customizations"),
+        SessionMcpServerStopRequestedAction: _fields("customizations"),
+        SessionIsReadChangedAction: _fields("status.read"),
+        SessionIsArchivedChangedAction: _fields("status.archived"),
+        SessionActivityChangedAction: _fields("activity"),
+        SessionChangesetsChangedAction: _fields("changesets"),
+        SessionConfigChangedAction: _fields("config"),
+        SessionMetaChangedAction: _fields("_meta"),
+        # chat
+        ChatTurnStartedAction: _chat_turn_started,
+        ChatDeltaAction: _chat_text,
+        ChatReasoningAction: _chat_text,
+        ChatResponsePartAction: _chat_response_part,
+        ChatToolCallStartAction: _chat_tool_call_start,
+        ChatToolCallDeltaAction: _chat_tool_call_update,
+        ChatToolCallContentChangedAction: _chat_tool_call_update,
+        ChatToolCallReadyAction: _chat_tool_call_transition,
+        ChatToolCallApprovedAction: _chat_tool_call_transition,
+        ChatToolCallDeniedAction: _chat_tool_call_transition,
+        ChatToolCallCompleteAction: _chat_tool_call_transition,
+        ChatToolCallResultConfirmedAction: _chat_tool_call_transition,
+        ChatToolCallAuthRequiredAction: _chat_tool_call_transition,
+        ChatToolCallAuthResolvedAction: _chat_tool_call_transition,
+        ChatUsageAction: _Footprint((_USAGE,), (_TURN,)),
+        ChatTurnCompleteAction: _CHAT_TURN_END,
+        ChatTurnCancelledAction: _CHAT_TURN_END,
+        ChatErrorAction: _CHAT_TURN_END,
+        ChatTruncatedAction: _CHAT_TRUNCATED,
+        ChatTurnsLoadedAction: _fields("turns", "turnsNextCursor"),
+        ChatActivityChangedAction: _fields("activity"),
+        ChatWorkingDirectorySetAction: _fields("workingDirectories"),
+        ChatWorkingDirectoryRemovedAction: _fields("workingDirectories"),
+        ChatPendingMessageSetAction: _chat_pending_message,
+        ChatPendingMessageRemovedAction: _chat_pending_message,
+        ChatQueuedMessagesReorderedAction: _fields("queuedMessages"),
+        ChatDraftChangedAction: _fields("draft"),
+        ChatInputRequestedAction: _chat_input_requested,
+        ChatInputAnswerChangedAction: _chat_input_answer_changed,
+        ChatInputCompletedAction: _chat_input_completed,
+        # terminal
+        TerminalDataAction: _fields("content"),
+        TerminalInputAction: _NOTHING,  # forwarded to the pty, never changes the state
+        TerminalResizedAction: _fields("cols", "rows"),
+        TerminalClaimedAction: _fields("claim"),
+        TerminalTitleChangedAction: _fields("title"),
+        TerminalCwdChangedAction: _fields("cwd"),
+        TerminalExitedAction: _fields("exitCode"),
+        TerminalClearedAction: _fields("content"),
+        TerminalCommandDetectionAvailableAction: _fields("supportsCommandDetection"),
+        TerminalCommandExecutedAction: _fields("content", "supportsCommandDetection"),
+        TerminalCommandFinishedAction: _fields("content"),
+        # changeset: files keyed by id (``files.order`` is their order)
+        ChangesetStatusChangedAction: _fields("status", "error"),
+        ChangesetFileSetAction: lambda a: _keyed("files.order", "file", a.file.id),
+        ChangesetFileRemovedAction: lambda a: _keyed("files.order", "file", a.file_id),
+        ChangesetFilesReviewChangedAction: _files_review_changed,
+        ChangesetContentChangedAction: _changeset_content_changed,
+        ChangesetOperationsChangedAction: _fields("operations"),
+        ChangesetOperationStatusChangedAction: _fields("operations"),
+        ChangesetClearedAction: _fields("files.order", "file"),
+        # annotations: keyed by id (``annotations.order`` is their order)
+        AnnotationsSetAction: lambda a: _keyed("annotations.order", "annotation", a.annotation.id),
+        AnnotationsUpdatedAction: lambda a: _Footprint((("annotation", a.annotation_id),), ()),
+        AnnotationsRemovedAction: lambda a: _keyed(
+            "annotations.order", "annotation", a.annotation_id
+        ),
+        AnnotationsEntrySetAction: lambda a: _Footprint((("annotation", a.annotation_id),), ()),
+        AnnotationsEntryRemovedAction: lambda a: _Footprint(
+            (("annotation", a.annotation_id),), ()
+        ),
+        # resource watch: its one action never changes the state
+        ResourceWatchChangedAction: _NOTHING,
+    }
+)
+"""The footprint of each action class, or the function computing it from the action."""
+
+
+def _footprint(action: StateAction) -> _Footprint | None:
+    """``action``'s footprint, or ``None`` when it has none (then nothing commutes with it)."""
+    rule = _FOOTPRINTS.get(type(action))
+    if rule is None or not callable(rule):
+        return rule
+    try:
+        footprint = rule(action)
+    except Exception:
+        # only an ill-typed action (an id that is not a string) gets here;
+        # having no footprint just means a replay
+        return None
+    if footprint is None:
+        return None
+    for _, key in footprint.writes + footprint.reads:
+        if key is not None and type(key) is not str:
+            return None  # an ill-typed id: a list, a number
+    return footprint

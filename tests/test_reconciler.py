@@ -38,6 +38,8 @@ from agenthost_protocol.types import (
     ChatInputResponseKind,
     ChatInputTextAnswerValue,
     ChatInputTextQuestion,
+    ChatPendingMessageSetAction,
+    ChatResponsePartAction,
     ChatState,
     ChatTruncatedAction,
     ChatTurnCancelledAction,
@@ -47,10 +49,12 @@ from agenthost_protocol.types import (
     DispatchActionParams,
     InputRequestResponsePart,
     JsonRpcErrorCode,
+    MarkdownResponsePart,
     Message,
     MessageKind,
     MessageOrigin,
     ModelSelection,
+    PendingMessageKind,
     ReconnectParams,
     ReconnectReplayResult,
     ReconnectResultType,
@@ -76,6 +80,7 @@ from ._fixtures import (
     clock,
     message,
     session_state,
+    stopped_at,
 )
 
 ME = "me"
@@ -895,6 +900,154 @@ def test_rebase_costs_the_pending_actions_not_the_history(
     assert len(reductions) == 1 + 3  # the rebase replays the 3 pending actions
     rec.optimistic(SESSION)
     assert len(reductions) == 4
+
+
+# ── rebasing without a replay: a foreign action on other data ────────────────
+
+
+def streaming(r: ClientReconciler) -> int:
+    """A turn ``t1`` with a markdown part ``p1`` on CHAT_A, as the agent sent them."""
+    r.receive(envelope(start("t1"), 11, channel=CHAT_A))
+    part = MarkdownResponsePart(id="p1", content="")
+    r.receive(envelope(ChatResponsePartAction(turn_id="t1", part=part), 12, channel=CHAT_A))
+    return 13
+
+
+def delta(text: str = "lorem ") -> ChatDeltaAction:
+    return ChatDeltaAction(turn_id="t1", part_id="p1", content=text)
+
+
+def replayed(r: ClientReconciler, channel: str) -> SnapshotState:
+    """``confirmed`` with every pending action reduced on top, at its ``dispatched_at``."""
+    state = r.confirmed(channel)
+    for entry in r.pending(channel):
+        state = reduce(channel, state, entry.action, now=stopped_at(entry.dispatched_at))
+    return state
+
+
+def test_a_foreign_action_on_other_data_costs_one_reduction_per_read(
+    reductions: list[str],
+) -> None:
+    r = ClientReconciler(ME, now=clock)
+    r.subscribe(snapshot(CHAT_A, 10))
+    seq = streaming(r)
+    for n in range(50):  # the user keeps typing while the agent streams
+        r.dispatch(CHAT_A, draft(f"draft {n}"))
+    r.optimistic(CHAT_A)
+    reductions.clear()
+    for n in range(10):
+        r.receive(envelope(delta(), seq + n, channel=CHAT_A))
+        state = r.optimistic(CHAT_A)
+        assert state == replayed(r, CHAT_A)
+    # on confirmed, then on the cached optimistic state: never the 50 pending
+    assert len(reductions) == 2 * 10
+    assert isinstance(state, ChatState) and state.draft == message("draft 49")
+
+
+def test_a_foreign_action_that_meets_a_pending_one_is_replayed_under_it(
+    reductions: list[str],
+) -> None:
+    r = ClientReconciler(ME, now=clock)
+    r.subscribe(snapshot(CHAT_A, 10))
+    seq = streaming(r)
+    r.dispatch(CHAT_A, draft("mine"))
+    r.dispatch(CHAT_A, ChatTurnCancelledAction(turn_id="t1", duration=5))
+    r.optimistic(CHAT_A)
+    reductions.clear()
+    # the agent's delta came before our cancel: the archived turn must hold it,
+    # which applying the delta to the optimistic state (no turn) would lose
+    r.receive(envelope(delta("late"), seq, channel=CHAT_A))
+    state = r.optimistic(CHAT_A)
+    assert len(reductions) == 1 + 2
+    assert state == replayed(r, CHAT_A)
+    assert isinstance(state, ChatState) and state.active_turn is None
+    archived = state.turns[-1].response_parts[0]
+    assert isinstance(archived, MarkdownResponsePart) and archived.content == "late"
+
+
+def test_foreign_actions_are_applied_on_the_next_read_and_never_cost_more_than_a_replay(
+    reductions: list[str],
+) -> None:
+    r = ClientReconciler(ME, now=clock)
+    r.subscribe(snapshot(CHAT_A, 10))
+    seq = streaming(r)
+    for n in range(3):
+        r.dispatch(CHAT_A, draft(f"draft {n}"))
+    r.optimistic(CHAT_A)
+    reductions.clear()
+    r.receive(envelope(delta("a"), seq, channel=CHAT_A))
+    r.receive(envelope(delta("b"), seq + 1, channel=CHAT_A))
+    assert len(reductions) == 2  # confirmed only: the read applies them
+    assert r.optimistic(CHAT_A) == replayed(r, CHAT_A)
+    assert len(reductions) == 2 + 2
+    reductions.clear()
+    for n in range(5):  # more than are pending, unread: a replay is cheaper
+        r.receive(envelope(delta(str(n)), seq + 2 + n, channel=CHAT_A))
+    assert r.optimistic(CHAT_A) == replayed(r, CHAT_A)
+    assert len(reductions) == 5 + 3
+
+
+def test_a_dispatch_or_an_echo_after_an_unread_foreign_action_keeps_the_order(
+    reductions: list[str],
+) -> None:
+    r = ClientReconciler(ME, now=Ticker(step=1_000))
+    r.subscribe(snapshot(CHAT_A, 10))
+    seq = streaming(r)
+    r.dispatch(CHAT_A, draft("one"))
+    r.dispatch(CHAT_A, draft("two"))
+    r.optimistic(CHAT_A)
+    r.receive(envelope(delta(), seq, channel=CHAT_A))  # deferred
+    reductions.clear()
+    r.dispatch(CHAT_A, draft("three"))  # goes after the delta, on the next read
+    r.receive(envelope(draft("one"), seq + 1, channel=CHAT_A, origin=(ME, 1)))  # head echo
+    assert len(reductions) == 1  # the echo on confirmed
+    state = r.optimistic(CHAT_A)
+    assert len(reductions) == 1 + 2  # the delta and the third draft, not a replay
+    assert state == replayed(r, CHAT_A)
+    assert isinstance(state, ChatState) and state.draft == message("three")
+
+
+def test_a_late_echo_on_other_data_is_applied_like_a_foreign_action(
+    reductions: list[str],
+) -> None:
+    r = ClientReconciler(ME, now=clock)
+    r.subscribe(snapshot(CHAT_A, 10))
+    queued = ChatPendingMessageSetAction(
+        kind=PendingMessageKind.QUEUED, id="q", message=message("q")
+    )
+    r.dispatch(CHAT_A, queued)
+    r.apply_reconnect(ReconnectReplayResult(actions=(), missing=()))  # dropped
+    r.dispatch(CHAT_A, draft("mine"))
+    r.optimistic(CHAT_A)
+    reductions.clear()
+    late = r.receive(envelope(queued, 11, channel=CHAT_A, origin=(ME, 1)))
+    assert late.kind is ReceiveKind.LATE_ECHO
+    assert r.optimistic(CHAT_A) == replayed(r, CHAT_A)
+    assert len(reductions) == 2
+
+
+def test_a_foreign_action_on_other_data_is_stamped_when_it_arrives() -> None:
+    ticker = Ticker(step=1_000)
+    r = ClientReconciler(ME, now=ticker)
+    r.subscribe(snapshot(CHAT_A, 10))
+    r.dispatch(CHAT_A, draft("mine"))
+    r.optimistic(CHAT_A)
+    r.receive(envelope(start("t1"), 11, channel=CHAT_A))  # stamps modifiedAt, reads the clock
+    readings = ticker.ms
+    state = r.optimistic(CHAT_A)
+    assert ticker.ms == readings  # the read takes the instant the envelope was reduced at
+    assert isinstance(state, ChatState) and state.modified_at == iso_timestamp(readings)
+    assert state == replayed(r, CHAT_A)
+
+
+def test_catching_up_never_takes_a_reading_the_confirmed_state_did_not() -> None:
+    state = chat_state(CHAT_A)
+    catch_up = reconciler_module._catch_up
+    assert catch_up(CHAT_A, state, [(draft("x"), None)]) == reduce(CHAT_A, state, draft("x"))
+    # a turn start reads the clock: without a recorded reading, replay instead
+    assert catch_up(CHAT_A, state, [(start("t1"), None)]) is None
+    stamped = catch_up(CHAT_A, state, [(start("t1"), FIXED_NOW + 5)])
+    assert isinstance(stamped, ChatState) and stamped.modified_at == iso_timestamp(FIXED_NOW + 5)
 
 
 # ── scale: work linear in the pending actions (counted, not timed) ───────────

@@ -1666,3 +1666,28 @@ def test_forks_and_side_chats_need_older_turns_loaded_first() -> None:
             turns_next_cursor=cursor))
     state = host.answer_create_chat(fork)
     assert _turn_ids(state) == ["t1", "t2", "t3"]
+
+
+def test_mirror_chat_and_announce_summary_send_only_what_changed() -> None:
+    host = make_host()
+    with_session(host)
+    conn = initialize(host, subs=("ahp-root://", SESSION))
+    assert host.mirror_chat(SESSION, CHAT) is None  # the catalogue matches the chat
+    since = host.session_summary(SESSION)
+    assert host.announce_summary(SESSION, since) is since
+    assert conn.data_to_send() == []
+
+    host.dispatch(CHAT, t.ChatActivityChangedAction(activity="reading"))
+    envelope = host.mirror_chat(SESSION, CHAT)
+    assert envelope is not None and isinstance(envelope.action, t.SessionChatUpdatedAction)
+    assert envelope.action.changes == t.PartialChatSummary(activity="reading")
+    assert host.mirror_chat(SESSION, CHAT) is None  # once is enough
+    host.dispatch(SESSION, t.SessionTitleChangedAction(title="New title"))
+    now = host.announce_summary(SESSION, since)
+    assert now.title == "New title"
+    notes = [json.loads(x) for x in conn.data_to_send()]
+    [summary] = [n for n in notes if n.get("method") == "root/sessionSummaryChanged"]
+    assert summary["params"]["session"] == SESSION
+    assert summary["params"]["changes"]["title"] == "New title"
+    assert "provider" not in summary["params"]["changes"]  # identity never changes
+    assert host.mirror_chat(SESSION, "ahp-chat:/missing") is None

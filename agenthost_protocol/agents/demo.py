@@ -46,17 +46,15 @@ from __future__ import annotations
 import json
 import re
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from enum import Enum
-from typing import Any, Final, TypeAlias
-
-import attrs
+from typing import Final, TypeAlias
 
 from .. import types as t
 from ..channels import ROOT_CHANNEL, ChannelKind, channel_kind
 from ..errors import LocalProtocolError
 from ..host import ClientActionApplied, Event, Host, RequestReceived
-from ..host.sessions import chat_summary, iso
+from ..host.sessions import iso
 from ..types.error_codes import AhpErrorCode, JsonRpcErrorCode
 
 __all__ = [
@@ -192,25 +190,6 @@ APPROVED_TEXT: Final = f"The `{TOOL_NAME}` tool returned your message. Done."
 DENIED_TEXT: Final = f"You denied the `{TOOL_NAME}` tool call, so it did not run. Done."
 
 
-def _diff(old: object, new: object, names: Iterable[str]) -> dict[str, Any]:
-    """The fields of ``new`` that differ from ``old`` (absent values cannot be sent: skipped)."""
-    changes: dict[str, Any] = {}
-    for name in names:
-        value = getattr(new, name)
-        if value is not None and value != getattr(old, name):
-            changes[name] = value
-    return changes
-
-
-_CHAT_SUMMARY_FIELDS: Final = tuple(
-    f.name for f in attrs.fields(t.PartialChatSummary) if f.name != "resource"
-)
-_SESSION_IDENTITY: Final = frozenset({"resource", "provider", "created_at"})
-_SESSION_SUMMARY_FIELDS: Final = tuple(
-    f.name
-    for f in attrs.fields(t.PartialSessionSummary)
-    if f.name not in _SESSION_IDENTITY and f.name in attrs.fields_dict(t.SessionSummary)
-)
 
 
 class DemoAgent:
@@ -463,37 +442,17 @@ class DemoAgent:
 
     def _mirror(self, chat: str) -> None:
         """``session/chatUpdated`` with the chat's summary fields the catalogue lacks."""
-        state = self._chat(chat)
         session_uri = self._owner.get(chat)
-        if state is None or session_uri is None:
+        if session_uri is None:
             return
-        session = self._session(session_uri)
-        if session is None:
-            return
-        entry = next((c for c in session.chats if c.resource == chat), None)
-        if entry is None:
-            return
-        changes = _diff(entry, chat_summary(state), _CHAT_SUMMARY_FIELDS)
-        if changes:
-            partial = attrs.evolve(t.PartialChatSummary(), **changes)
-            self._host.dispatch(session_uri, t.SessionChatUpdatedAction(chat=chat,
-                                                                        changes=partial))
+        self._host.mirror_chat(session_uri, chat)
         self._announce(session_uri)
 
     def _announce(self, session: str) -> None:
         """``root/sessionSummaryChanged`` with what changed since the last announcement."""
         old = self._announced.get(session)
-        if old is None or self._session(session) is None:
-            return
-        new = self._host.session_summary(session)
-        changes = _diff(old, new, _SESSION_SUMMARY_FIELDS)
-        if not changes:
-            return
-        self._announced[session] = new
-        partial = attrs.evolve(t.PartialSessionSummary(), **changes)
-        self._host.notify("root/sessionSummaryChanged", t.SessionSummaryChangedParams(
-            channel=ROOT_CHANNEL, session=session, changes=partial,
-        ))
+        if old is not None and self._session(session) is not None:
+            self._announced[session] = self._host.announce_summary(session, old)
 
     def _count_sessions(self) -> None:
         self._host.dispatch(

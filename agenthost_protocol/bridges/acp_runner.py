@@ -30,7 +30,7 @@ import contextlib
 import itertools
 import logging
 import os
-from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from typing import Any, Final
 from urllib.parse import unquote, urlparse
 
@@ -46,7 +46,6 @@ from ..aio.server import HostServer, ServerLimits
 from ..channels import ROOT_CHANNEL, ChannelKind, channel_kind
 from ..errors import LocalProtocolError
 from ..host import ClientActionApplied, Event, Host, RequestReceived
-from ..host.sessions import chat_summary
 from ..types.error_codes import AhpErrorCode, JsonRpcErrorCode
 from .acp import (
     AcpBridge,
@@ -524,56 +523,13 @@ class AcpAgentRunner:
 
     def _mirror(self, bridge: AcpBridge) -> None:
         """``session/chatUpdated`` with the chat's summary fields the catalogue lacks."""
-        if not (self.host.has_channel(bridge.chat) and self.host.has_channel(bridge.session)):
-            return
-        chat, session = self.host.state(bridge.chat), self.host.state(bridge.session)
-        if not isinstance(chat, t.ChatState) or not isinstance(session, t.SessionState):
-            return
-        entry = next((c for c in session.chats if c.resource == bridge.chat), None)
-        if entry is None:
-            return
-        changes = _diff(entry, chat_summary(chat), _CHAT_SUMMARY_FIELDS)
-        if changes:
-            self.host.dispatch(bridge.session, t.SessionChatUpdatedAction(
-                chat=bridge.chat, changes=attrs.evolve(t.PartialChatSummary(), **changes)))
+        self.host.mirror_chat(bridge.session, bridge.chat)
 
     def _announce(self, session: str) -> None:
         """``root/sessionSummaryChanged`` with what changed since the last announcement."""
         old = self._announced.get(session)
-        if old is None or not self.host.has_channel(session):
-            return
-        new = self.host.session_summary(session)
-        changes = _diff(old, new, _SESSION_SUMMARY_FIELDS)
-        if not changes:
-            return
-        self._announced[session] = new
-        self.host.notify("root/sessionSummaryChanged", t.SessionSummaryChangedParams(
-            channel=ROOT_CHANNEL, session=session,
-            changes=attrs.evolve(t.PartialSessionSummary(), **changes),
-        ))
-
-
-_CHAT_SUMMARY_FIELDS: Final = tuple(
-    f.name for f in attrs.fields(t.PartialChatSummary) if f.name != "resource"
-)
-_SESSION_SUMMARY_FIELDS: Final = tuple(
-    f.name for f in attrs.fields(t.PartialSessionSummary)
-    if f.name not in ("resource", "provider", "created_at")
-    and f.name in attrs.fields_dict(t.SessionSummary)
-)
-
-
-def _diff(old: object, new: object, names: Sequence[str]) -> dict[str, Any]:
-    """The fields of ``new`` that differ from ``old`` (absent values cannot be sent: skipped).
-
-    ``Any``: the values go to ``attrs.evolve`` of a partial summary, field by field.
-    """
-    changes: dict[str, Any] = {}
-    for name in names:
-        value = getattr(new, name)
-        if value is not None and value != getattr(old, name):
-            changes[name] = value
-    return changes
+        if old is not None and self.host.has_channel(session):
+            self._announced[session] = self.host.announce_summary(session, old)
 
 
 def _path(uri: str) -> str | None:

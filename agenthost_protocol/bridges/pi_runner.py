@@ -33,7 +33,7 @@ import contextlib
 import itertools
 import logging
 import os
-from collections.abc import Coroutine, Iterable, Mapping
+from collections.abc import Coroutine, Mapping
 from typing import Any, Final
 from urllib.parse import unquote, urlparse
 
@@ -45,7 +45,6 @@ from ..aio.server import HostServer
 from ..channels import ROOT_CHANNEL, ChannelKind, channel_kind
 from ..errors import LocalProtocolError
 from ..host import ClientActionApplied, Event, Host, RequestReceived
-from ..host.sessions import chat_summary
 from ..types.error_codes import AhpErrorCode, JsonRpcErrorCode
 from .pi import PiBridge, PiDialect, PiOutput
 from .pi_frames import encode_frame
@@ -92,20 +91,6 @@ def _path(uri: str) -> str | None:
     if parsed.scheme != "file":
         return None
     return unquote(parsed.path) or None
-
-
-def _diff(old: object, new: object, names: Iterable[str]) -> dict[str, Any]:
-    """The fields of ``new`` that differ from ``old`` (absent values cannot be sent)."""
-    return {name: getattr(new, name) for name in names
-            if getattr(new, name) is not None and getattr(new, name) != getattr(old, name)}
-
-
-_CHAT_FIELDS: Final = tuple(f.name for f in attrs.fields(t.PartialChatSummary)
-                            if f.name != "resource")
-_SESSION_FIELDS: Final = tuple(
-    f.name for f in attrs.fields(t.PartialSessionSummary)
-    if f.name not in ("resource", "provider", "created_at")
-    and f.name in attrs.fields_dict(t.SessionSummary))
 
 
 class _Agent:
@@ -223,31 +208,13 @@ class PiAgentRunner:
 
     def _mirror(self, bridge: PiBridge) -> None:
         """``session/chatUpdated`` with the chat's summary fields the catalogue lacks."""
-        if not (self.host.has_channel(bridge.chat) and self.host.has_channel(bridge.session)):
-            return
-        chat, session = self.host.state(bridge.chat), self.host.state(bridge.session)
-        if not isinstance(chat, t.ChatState) or not isinstance(session, t.SessionState):
-            return
-        entry = next((c for c in session.chats if c.resource == bridge.chat), None)
-        if entry is None:
-            return
-        changes = _diff(entry, chat_summary(chat), _CHAT_FIELDS)
-        if changes:
-            self.host.dispatch(bridge.session, t.SessionChatUpdatedAction(
-                chat=bridge.chat, changes=attrs.evolve(t.PartialChatSummary(), **changes)))
+        self.host.mirror_chat(bridge.session, bridge.chat)
 
     def _announce(self, session: str) -> None:
         """``root/sessionSummaryChanged`` with what changed since the last announcement."""
         old = self._announced.get(session)
-        if old is None or not self.host.has_channel(session):
-            return
-        new = self.host.session_summary(session)
-        changes = _diff(old, new, _SESSION_FIELDS)
-        if changes:
-            self._announced[session] = new
-            self.host.notify("root/sessionSummaryChanged", t.SessionSummaryChangedParams(
-                channel=ROOT_CHANNEL, session=session,
-                changes=attrs.evolve(t.PartialSessionSummary(), **changes)))
+        if old is not None and self.host.has_channel(session):
+            self._announced[session] = self.host.announce_summary(session, old)
 
     def _models(self, bridge: PiBridge) -> None:
         root = self.host.state(ROOT_CHANNEL)

@@ -1049,6 +1049,39 @@ class Host:
         created = self._sessions.created_at(uri) or wire_time(self._clock())
         return sessions.summary_of(uri, state, created, self._chat_states(state))
 
+    def mirror_chat(self, session: str, chat: str) -> t.ActionEnvelope | None:
+        """Bring ``session``'s catalogue entry for ``chat`` up to the chat's state.
+
+        A chat's summary fields (title, status, ``modifiedAt`` ...) live in
+        the chat and again in its session's ``chats``; the reducers keep
+        them apart, so after changing a chat the agent side calls this.
+        Dispatches ``session/chatUpdated`` with what differs and returns its
+        envelope, or ``None`` when nothing differs (or either is unknown).
+        """
+        chat_state = self._states.get(chat)
+        session_state = self._states.get(session)
+        if not isinstance(chat_state, t.ChatState) or not isinstance(
+            session_state, t.SessionState
+        ):
+            return None
+        entry = next((c for c in session_state.chats if c.resource == chat), None)
+        changes = None if entry is None else sessions.chat_summary_changes(entry, chat_state)
+        if changes is None:
+            return None
+        return self.dispatch(session, t.SessionChatUpdatedAction(chat=chat, changes=changes))
+
+    def announce_summary(self, session: str, since: t.SessionSummary) -> t.SessionSummary:
+        """Send ``root/sessionSummaryChanged`` with what changed in ``session``'s
+        summary since ``since`` (nothing when nothing did); returns the current
+        summary, the ``since`` of the next call."""
+        summary = self.session_summary(session)
+        changes = sessions.session_summary_changes(since, summary)
+        if changes is None:
+            return since
+        self.notify("root/sessionSummaryChanged", t.SessionSummaryChangedParams(
+            channel=ROOT_CHANNEL, session=session, changes=changes))
+        return summary
+
     def list_sessions(self, params: t.ListSessionsParams) -> t.ListSessionsResult:
         """One page of the ready sessions made by :meth:`create_session`, oldest first.
 

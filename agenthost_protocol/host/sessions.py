@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
+from typing import Any, Final
 
+import attrs
 from attrs import frozen
 
 from .. import types as t
@@ -26,10 +28,12 @@ __all__ = [
     "View",
     "ViewBook",
     "chat_summary",
+    "chat_summary_changes",
     "iso",
     "new_chat",
     "new_session",
     "new_terminal",
+    "session_summary_changes",
     "summary_of",
     "terminal_info",
 ]
@@ -96,6 +100,40 @@ def chat_summary(chat: t.ChatState) -> t.ChatSummary:
         interactivity=chat.interactivity,
         working_directories=chat.working_directories,
     )
+
+
+_CHAT_SUMMARY_FIELDS: Final = tuple(
+    f.name for f in attrs.fields(t.PartialChatSummary) if f.name != "resource"
+)
+# what identifies a session never changes, so a partial summary never carries it
+_SESSION_SUMMARY_FIELDS: Final = tuple(
+    f.name
+    for f in attrs.fields(t.PartialSessionSummary)
+    if f.name not in ("resource", "provider", "created_at")
+    and f.name in attrs.fields_dict(t.SessionSummary)
+)
+
+
+def _changed(old: object, new: object, names: tuple[str, ...]) -> dict[str, Any]:
+    # a partial summary cannot say "now absent": absent new values are skipped
+    return {name: value for name in names
+            if (value := getattr(new, name)) is not None and value != getattr(old, name)}
+
+
+def chat_summary_changes(entry: t.ChatSummary, chat: t.ChatState) -> t.PartialChatSummary | None:
+    """What ``session/chatUpdated`` must say so that the catalogue ``entry``
+    matches ``chat``'s state, or ``None`` when it already does."""
+    changes = _changed(entry, chat_summary(chat), _CHAT_SUMMARY_FIELDS)
+    return attrs.evolve(t.PartialChatSummary(), **changes) if changes else None
+
+
+def session_summary_changes(
+    old: t.SessionSummary, new: t.SessionSummary
+) -> t.PartialSessionSummary | None:
+    """What ``root/sessionSummaryChanged`` must say to turn ``old`` into ``new``,
+    or ``None`` when nothing a client sees changed."""
+    changes = _changed(old, new, _SESSION_SUMMARY_FIELDS)
+    return attrs.evolve(t.PartialSessionSummary(), **changes) if changes else None
 
 
 def summary_of(

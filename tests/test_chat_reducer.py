@@ -111,6 +111,7 @@ from agenthost_protocol.types import (
     UnknownToolCallState,
     UsageInfo,
 )
+from agenthost_protocol.types._text import TextBuffer
 
 NOW_MS = 9999
 NOW = "1970-01-01T00:00:09.999Z"
@@ -1837,13 +1838,61 @@ def test_fast_copies_are_ordinary_frozen_instances() -> None:
     assert replaced == attrs.evolve(active_turn, response_parts=())
     part = active_turn.response_parts[0]
     assert isinstance(part, MarkdownResponsePart)
-    grown = chat_module._markdown_with_content(part, part._content.appended("y"))
+    grown_state = chat_module._with_markdown_text(
+        state, active_turn, (), (), part, part._content.appended("y")
+    )
+    assert type(grown_state) is ChatState
+    assert grown_state == attrs.evolve(
+        state,
+        active_turn=attrs.evolve(
+            active_turn, response_parts=(MarkdownResponsePart(id="md-1", content="xy"),)
+        ),
+    )
+    grown = grown_state.active_turn.response_parts[0]  # type: ignore[union-attr]
     assert type(grown) is MarkdownResponsePart
-    assert grown == MarkdownResponsePart(id="md-1", content="xy")
+    with pytest.raises(FrozenInstanceError):
+        grown.id = "x"  # type: ignore[misc]
+    before, after = markdown("md-0"), markdown("md-2")
+    middle = chat_module._with_markdown_text(
+        state, active_turn, (before,), (after,), part, part._content.appended("z")
+    )
+    assert middle.active_turn is not None
+    assert middle.active_turn.response_parts == (before, markdown("md-1", "xz"), after)
+    assert chat_module._with_turn_parts(state, active_turn, ()) == attrs.evolve(
+        state, active_turn=attrs.evolve(active_turn, response_parts=())
+    )
     status = chat_module._state_with_status(state, SessionStatus.IDLE)
     assert status == attrs.evolve(state, status=SessionStatus.IDLE)
     with pytest.raises(TypeError):
         chat_module._evolve_state(state, no_such_field=1)
+
+
+def test_fast_constructors_build_what_the_classes_build() -> None:
+    """The generated constructors take the classes' arguments, defaults and converters."""
+    built = chat_module._new_streaming(tool_call_id="tc-1", tool_name="ls", display_name="List")
+    assert type(built) is ToolCallStreamingState
+    assert built == ToolCallStreamingState(tool_call_id="tc-1", tool_name="ls", display_name="List")
+    with pytest.raises(FrozenInstanceError):
+        built.tool_name = "x"  # type: ignore[misc]
+    # The converter of a streamed-text field runs, as in ``__init__``.
+    partial = chat_module._new_streaming(
+        tool_call_id="tc-1", tool_name="ls", display_name="List", partial_input="{"
+    )
+    assert type(partial._partial_input) is TextBuffer
+    assert partial == attrs.evolve(built, partial_input="{")
+    with pytest.raises(TypeError):
+        chat_module._new_streaming(tool_call_id="tc-1", tool_name="ls")  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        chat_module._new_streaming(  # type: ignore[call-arg]
+            tool_call_id="tc-1", tool_name="ls", display_name="List", no_such_field=1
+        )
+    with pytest.raises(TypeError, match="slotted class without validators"):
+        chat_module._builder(_Unslotted)
+
+
+@attrs.frozen(slots=False)
+class _Unslotted:
+    value: int
 
 
 # ─── Any order: never raises, identity exactly on equality ───────────────────

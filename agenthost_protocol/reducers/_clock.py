@@ -21,6 +21,7 @@ out-of-range values is broken, but the states it produces stay well-formed.
 
 from __future__ import annotations
 
+import datetime
 import math
 import time
 from collections.abc import Callable
@@ -67,14 +68,35 @@ def iso_timestamp(ms: float) -> str:
     are clamped (see the module docstring); never raises for a real number.
     """
     days, ms_of_day = divmod(clamp_ms(ms), _MS_PER_DAY)
-    year, month, day = _civil_from_days(days)
+    if _FIRST_DAY <= days <= _LAST_DAY:  # years 1 to 9999: the C calendar of ``datetime``
+        date = _date_from_ordinal(days + _ORDINAL_1970)
+        year, month, day = date.year, date.month, date.day
+    else:
+        year, month, day = _civil_from_days(days)
     seconds, millis = divmod(ms_of_day, 1000)
     minutes, second = divmod(seconds, 60)
     hour, minute = divmod(minutes, 60)
     # Four digits for years 0 to 9999; a sign and six digits beyond (ES2015 "expanded years").
-    sign = "" if 0 <= year <= 9999 else "+" if year > 0 else "-"
-    year_text = f"{sign}{abs(year):0{6 if sign else 4}d}"
-    return f"{year_text}-{month:02d}-{day:02d}T{hour:02d}:{minute:02d}:{second:02d}.{millis:03d}Z"
+    if 1000 <= year <= 9999:
+        year_text = str(year)
+    elif 0 <= year <= 9999:
+        year_text = "%04d" % year  # noqa: UP031
+    else:
+        year_text = ("+" if year > 0 else "-") + "%06d" % abs(year)  # noqa: UP031
+    # Tables rather than format specifications: ``f"{n:02d}"`` costs several
+    # times as much, and a turn's start and end each render a timestamp.
+    return (
+        f"{year_text}-{_TWO_DIGITS[month]}-{_TWO_DIGITS[day]}T{_TWO_DIGITS[hour]}:"
+        f"{_TWO_DIGITS[minute]}:{_TWO_DIGITS[second]}.{_THREE_DIGITS[millis]}Z"
+    )
+
+
+_date_from_ordinal = datetime.date.fromordinal
+_ORDINAL_1970: Final = datetime.date(1970, 1, 1).toordinal()
+_FIRST_DAY: Final = datetime.date.min.toordinal() - _ORDINAL_1970
+_LAST_DAY: Final = datetime.date.max.toordinal() - _ORDINAL_1970
+_TWO_DIGITS: Final = tuple(f"{n:02d}" for n in range(100))
+_THREE_DIGITS: Final = tuple(f"{n:03d}" for n in range(1000))
 
 
 def _civil_from_days(days: int) -> tuple[int, int, int]:

@@ -143,9 +143,38 @@ def chat_status(
     """Recompute ``status`` for a chat with this active turn.
 
     The flag bits of ``status`` are kept; the activity bits are replaced with
-    :func:`chat_activity`.
+    :func:`chat_activity`.  Returns ``status`` itself (when it is a
+    ``SessionStatus``) if nothing changes.  The chat reducer calls this after
+    most actions, so it does the work of :func:`chat_activity` and
+    :func:`with_activity` in one call.
     """
-    return with_activity(status, chat_activity(active_turn, error=error))
+    if error:
+        activity = _ERROR
+    elif active_turn is None:
+        activity = _IDLE
+    else:
+        activity = _IN_PROGRESS
+        for part in active_turn.response_parts:
+            kind = type(part)
+            if kind is ToolCallResponsePart:
+                if isinstance(part.tool_call, _BLOCKING):  # type: ignore[union-attr]
+                    activity = _INPUT_NEEDED
+                    break
+            elif kind is InputRequestResponsePart and part.response is None:  # type: ignore[union-attr]
+                activity = _INPUT_NEEDED
+                break
+    value = (int(status) & _FLAG_MASK) | activity
+    if value == status and isinstance(status, SessionStatus):
+        return status
+    if 0 <= value < _TABLE_SIZE:
+        return _STATUS_TABLE[value]
+    return SessionStatus(value)
+
+
+_ERROR: Final = int(SessionStatus.ERROR)
+_IDLE: Final = int(SessionStatus.IDLE)
+_IN_PROGRESS: Final = int(SessionStatus.IN_PROGRESS)
+_INPUT_NEEDED: Final = int(SessionStatus.INPUT_NEEDED)
 
 
 def recompute_chat_status(state: ChatState, *, error: bool = False) -> SessionStatus:

@@ -62,17 +62,31 @@ A reducer returns ``state`` itself exactly when the result equals ``state``:
 no-ops are ``is``-identical, and a changed state is never ``state``.
 
 Streaming is the hot path (``docs/performance.md``): ``chat/delta`` is
-tested before any routing; the text is appended to the part's ``TextBuffer``
-(amortised O(len(delta)), older states keep their text); and the part, the
-active turn and the state are rebuilt by generated copy functions
-(:func:`_replacer`) several times cheaper than :func:`attrs.evolve`.  The
-module holds no mutable state: reducing is a function of the arguments only.
+tested before any routing; a hint left on the streamed text spares the scan
+for the part while deltas keep going to the turn's newest part (see
+:func:`_append_text`); the text is appended to the part's ``TextBuffer``
+(amortised O(len(delta)), older states keep their text and branches share
+it); and the part, the active turn and the state are rebuilt by one
+generated function (:func:`_text_rebuilder`), several times cheaper than
+:func:`attrs.evolve`.  The module holds no mutable state: reducing is a
+function of the arguments only (the hint is a checked fact about immutable
+values, kept in the text's storage).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Final, TypeAlias, TypedDict, TypeVar, get_args
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Final,
+    ParamSpec,
+    TypeAlias,
+    TypedDict,
+    TypeVar,
+    cast,
+    get_args,
+)
 
 import attrs
 from attrs import AttrsInstance
@@ -141,7 +155,6 @@ from ..types import (
     ToolCallState,
     ToolCallStreamingState,
     ToolInput,
-    ToolResultContent,
     Turn,
     TurnState,
     UnknownAction,
@@ -155,6 +168,7 @@ from ._status import chat_status, without_flag
 __all__ = ["chat_reducer"]
 
 _T = TypeVar("_T", bound=AttrsInstance)
+_P = ParamSpec("_P")
 _V = TypeVar("_V")
 
 # ─── Fast copies ─────────────────────────────────────────────────────────────
@@ -168,14 +182,20 @@ _V = TypeVar("_V")
 # subclass whose ``__setattr__`` is the plain slot store, then retype it to
 # the model class (allowed because the subclass adds no slots, so the layouts
 # are identical).  The result is an ordinary, frozen instance of the model
-# class.  Converters are not run, so callers pass values of the stored type
-# (a ``TextBuffer`` for a ``_content`` slot).
+# class.  Converters are not run by the copies, so callers pass values of the
+# stored type (a ``TextBuffer`` for a ``_content`` slot); the constructors of
+# :func:`_builder` run them, as ``__init__`` does.
 
 _KEEP: Final[Any] = object()
 
 
-def _copier(cls: type[_T], name: str, params: str, values: dict[str, str]) -> Callable[..., _T]:
-    """Generate ``def name(__old, <params>)`` storing ``values[field]`` (else the old value)."""
+def _copy_code(
+    cls: type, old: str, new: str, values: Mapping[str, str]
+) -> tuple[list[str], dict[str, Any]]:
+    """The body lines that build ``new`` as a copy of ``old`` (variable names) and their globals.
+
+    Each field gets ``values[field]`` (an expression), else the old value.
+    """
     fields = attrs.fields(cls)
     if (
         "__slots__" not in cls.__dict__
@@ -185,28 +205,38 @@ def _copier(cls: type[_T], name: str, params: str, values: dict[str, str]) -> Ca
         raise TypeError(f"{cls.__name__}: fast copies need a slotted class without validators")
     # One private subclass per generated function: nothing shared, nothing to
     # register anywhere.
+    # Its ``__init__`` is ``object.__init__``, so that calling it allocates
+    # the object faster than ``object.__new__(building)`` does.
     building = type(
         f"_Building{cls.__name__}",
         (cls,),
         {
             "__slots__": (),
+            "__init__": object.__init__,
             "__setattr__": object.__setattr__,
             "__delattr__": object.__delattr__,
         },
     )
-    lines = [f"def {name}(__old, {params}):", "    __new = _new(_building)"]
+    lines = [f"    {new} = _building_{new}()"]
     for field in fields:
-        value = values.get(field.name, f"__old.{field.name}")
-        lines.append(f"    __new.{field.name} = {value}")
-    lines += ["    __new.__class__ = _cls", "    return __new"]
-    namespace: dict[str, Any] = {
-        "_KEEP": _KEEP,
-        "_new": object.__new__,
-        "_building": building,
-        "_cls": cls,
-    }
-    exec("\n".join(lines), namespace)
-    function: Callable[..., _T] = namespace[name]
+        lines.append(f"    {new}.{field.name} = {values.get(field.name, f'{old}.{field.name}')}")
+    lines.append(f"    {new}.__class__ = _class_{new}")
+    return lines, {f"_building_{new}": building, f"_class_{new}": cls}
+
+
+def _generate(name: str, params: str, body: list[str], namespace: dict[str, Any]) -> Any:
+    """Compile ``def name(params): body`` with ``namespace`` as its globals."""
+    namespace.update(_KEEP=_KEEP)
+    exec("\n".join([f"def {name}({params}):", *body]), namespace)
+    return namespace[name]
+
+
+def _copier(cls: type[_T], name: str, params: str, values: dict[str, str]) -> Callable[..., _T]:
+    """Generate ``def name(__old, <params>)`` storing ``values[field]`` (else the old value)."""
+    body, namespace = _copy_code(cls, "__old", "__new", values)
+    function: Callable[..., _T] = _generate(
+        name, f"__old, {params}", [*body, "    return __new"], namespace
+    )
     return function
 
 
@@ -236,18 +266,116 @@ def _replacer(cls: type[_T], *names: str) -> Callable[..., _T]:
     )
 
 
+def _builder(cls: Callable[_P, _T]) -> Callable[_P, _T]:
+    """A fast constructor of ``cls``: the same keyword arguments, defaults and converters.
+
+    The attrs ``__init__`` of a frozen class stores each field through a call
+    of ``object.__setattr__``; this one stores them as a copy does.
+    """
+    model = cast("type[_T]", cls)
+    params: list[str] = []
+    values: dict[str, str] = {}
+    namespace: dict[str, Any] = {}
+    for field in attrs.fields(model):
+        name = field.alias
+        if field.default is attrs.NOTHING:
+            params.append(name)
+        elif isinstance(field.default, attrs.Factory):  # type: ignore[arg-type]
+            raise TypeError(f"{model.__name__}.{field.name}: a factory default")
+        else:
+            namespace[f"_default_{name}"] = field.default
+            params.append(f"{name}=_default_{name}")
+        if field.converter is None:
+            values[field.name] = name
+        else:
+            namespace[f"_convert_{name}"] = field.converter
+            values[field.name] = f"_convert_{name}({name})"
+    body, names = _copy_code(model, "", "__new", values)
+    function: Callable[_P, _T] = _generate(
+        f"_new_{model.__name__}",
+        "*, " + ", ".join(params),
+        [*body, "    return __new"],
+        {**namespace, **names},
+    )
+    return function
+
+
+_TextRebuilder: TypeAlias = Callable[
+    [ChatState, ActiveTurn, tuple[ResponsePart, ...], tuple[ResponsePart, ...], Any, TextBuffer],
+    ChatState,
+]
+
+
+def _text_rebuilder(part_class: type) -> _TextRebuilder:
+    """The copies of a streamed delta, fused: ``(state, turn, before, after, part, buffer)``.
+
+    Returns ``state`` with its active ``turn`` holding the parts ``before``,
+    ``part`` (of ``part_class``) with ``buffer`` as its text, and ``after``:
+    the part, the parts tuple, the turn and the state are rebuilt in one call
+    rather than three.
+    """
+    part_copy, part_names = _copy_code(part_class, "part", "new_part", {"_content": "buffer"})
+    turn_copy, turn_names = _copy_code(
+        ActiveTurn, "turn", "new_turn", {"response_parts": "new_parts"}
+    )
+    state_copy, state_names = _copy_code(
+        ChatState, "state", "new_state", {"active_turn": "new_turn"}
+    )
+    body = [
+        *part_copy,
+        "    new_parts = before + (new_part,) + after if after else before + (new_part,)",
+        *turn_copy,
+        *state_copy,
+        "    return new_state",
+    ]
+    rebuilder: _TextRebuilder = _generate(
+        f"_with_{part_class.__name__}_text",
+        "state, turn, before, after, part, buffer",
+        body,
+        {**part_names, **turn_names, **state_names},
+    )
+    return rebuilder
+
+
+def _parts_rebuilder() -> Callable[[ChatState, ActiveTurn, tuple[ResponsePart, ...]], ChatState]:
+    """``(state, turn, parts)``: ``state`` with its active ``turn`` holding ``parts``, fused."""
+    turn_copy, turn_names = _copy_code(ActiveTurn, "turn", "new_turn", {"response_parts": "parts"})
+    state_copy, state_names = _copy_code(
+        ChatState, "state", "new_state", {"active_turn": "new_turn"}
+    )
+    rebuilder: Callable[[ChatState, ActiveTurn, tuple[ResponsePart, ...]], ChatState] = _generate(
+        "_with_turn_parts",
+        "state, turn, parts",
+        [*turn_copy, *state_copy, "    return new_state"],
+        {**turn_names, **state_names},
+    )
+    return rebuilder
+
+
 _evolve_state: Final = _evolver(ChatState)
-# The streaming path: one replacer per object on the way to a text part.
+# The streaming path.
+_with_markdown_text: Final = _text_rebuilder(MarkdownResponsePart)
+_with_reasoning_text: Final = _text_rebuilder(ReasoningResponsePart)
+_with_turn_parts: Final = _parts_rebuilder()
 _state_with_turn: Final = _replacer(ChatState, "active_turn")
 _turn_with_parts: Final = _replacer(ActiveTurn, "response_parts")
-_markdown_with_content: Final = _replacer(MarkdownResponsePart, "_content")
-_reasoning_with_content: Final = _replacer(ReasoningResponsePart, "_content")
 # Tool calls: streamed input, the part around a new call, the recomputed status.
 _streaming_with_input: Final = _replacer(
     ToolCallStreamingState, "meta", "_partial_input", "invocation_message"
 )
 _tool_part_with_call: Final = _replacer(ToolCallResponsePart, "tool_call")
 _state_with_status: Final = _replacer(ChatState, "status")
+# What the tool-call state machine and the turn lifecycle build.
+_new_streaming: Final = _builder(ToolCallStreamingState)
+_new_pending_confirmation: Final = _builder(ToolCallPendingConfirmationState)
+_new_running: Final = _builder(ToolCallRunningState)
+_new_auth_required: Final = _builder(ToolCallAuthRequiredState)
+_new_pending_result_confirmation: Final = _builder(ToolCallPendingResultConfirmationState)
+_new_completed: Final = _builder(ToolCallCompletedState)
+_new_cancelled: Final = _builder(ToolCallCancelledState)
+_new_tool_part: Final = _builder(ToolCallResponsePart)
+_new_active_turn: Final = _builder(ActiveTurn)
+_new_turn: Final = _builder(Turn)
 
 # ─── Routing ─────────────────────────────────────────────────────────────────
 
@@ -277,21 +405,36 @@ def chat_reducer(
     rendered as ``toISOString`` does; the wall clock when ``None``).
     """
     if type(action) is ChatDeltaAction:  # the hot path, ahead of the routing
-        return _append_text(state, action, MarkdownResponsePart, _markdown_with_content)
-    if not _is_chat_action(action):
+        # The usual case of ``_append_text`` (see there), inlined: one call less.
+        turn = state.active_turn
+        if turn is not None and turn.id == action.turn_id:
+            parts = turn.response_parts
+            if parts:
+                part = parts[-1]
+                text = action.content
+                if type(part) is MarkdownResponsePart and part.id == action.part_id and text:
+                    buffer = part._content
+                    line = buffer._line
+                    hint = None if line is None else line.hint
+                    if hint is not None and hint[1] == part.id and hint[0] == parts[:-1]:
+                        return _with_markdown_text(
+                            state, turn, hint[0], (), part, buffer.appended(text)
+                        )
+        return _append_text(state, action, MarkdownResponsePart, _with_markdown_text)
+    if type(action) not in _CHAT_ACTIONS:  # ``_is_chat_action``, without the call
         return state
+    if TYPE_CHECKING:
+        assert _is_chat_action(action)
     match action:
         # The match tests its cases in order: the most frequent (streaming) first.
-        case ChatDeltaAction():
-            return _append_text(state, action, MarkdownResponsePart, _markdown_with_content)
         case ChatReasoningAction():
-            return _append_text(state, action, ReasoningResponsePart, _reasoning_with_content)
+            return _append_text(state, action, ReasoningResponsePart, _with_reasoning_text)
         case ChatToolCallDeltaAction():
             return _update_tool_calls(state, action, _tool_call_delta)
         case ChatResponsePartAction(turn_id=turn_id, part=part):
             return _append_part(state, turn_id, part)
         case ChatToolCallStartAction():
-            streaming = ToolCallStreamingState(
+            streaming = _new_streaming(
                 tool_call_id=action.tool_call_id,
                 tool_name=action.tool_name,
                 display_name=action.display_name,
@@ -299,7 +442,7 @@ def chat_reducer(
                 contributor=action.contributor,
                 meta=action.meta,
             )
-            return _append_part(state, action.turn_id, ToolCallResponsePart(tool_call=streaming))
+            return _append_part(state, action.turn_id, _new_tool_part(tool_call=streaming))
         case ChatToolCallReadyAction():
             return _transition(state, action, _ready)
         case ChatToolCallCompleteAction():
@@ -366,6 +509,8 @@ def chat_reducer(
             return _truncated(state, turn_id, now)
         case ChatTurnsLoadedAction():
             return _turns_loaded(state, action)
+        case ChatDeltaAction():  # handled above; here for the type checker
+            return _append_text(state, action, MarkdownResponsePart, _with_markdown_text)
         case UnknownAction():
             if on_unknown is not None:
                 on_unknown(action)
@@ -409,19 +554,26 @@ def _append_text(
     state: ChatState,
     action: ChatDeltaAction | ChatReasoningAction,
     part_class: type[MarkdownResponsePart] | type[ReasoningResponsePart],
-    with_content: Callable[[Any, TextBuffer], ResponsePart],
+    rebuild: _TextRebuilder,
 ) -> ChatState:
     """``chat/delta`` and ``chat/reasoning``: append to the first part with that id.
 
     No-op when the turn is not the active one, no part has that id, the
     first part with that id is not of ``part_class`` (markdown for a delta,
     reasoning for reasoning), or the text is empty.  The hot path of a
-    streaming agent, hence the scan inlined here rather than a call.
+    streaming agent, hence the scan inlined here rather than a call (and the
+    usual case, a hint that holds, written out again in ``chat_reducer``).
 
     Markdown and reasoning parts match on ``id``, tool-call parts on
     ``toolCall.toolCallId`` (an unknown tool-call status on its raw
     ``toolCallId``), parts of an unknown kind on a raw ``id``; content-ref,
     system-notification and input-request parts have no id and never match.
+
+    The hint: when the part found is the turn's last, its text's line keeps
+    ``(parts before it, id)``.  It states that none of those parts has the
+    id, which stays true since they are immutable; a later delta whose turn
+    has exactly those parts before the same part id skips the scan.  Only
+    the newest part of a turn keeps a hint, and ``_end_turn`` drops it.
     """
     turn = state.active_turn
     text = action.content
@@ -429,6 +581,18 @@ def _append_text(
         return state
     part_id = action.part_id
     parts = turn.response_parts
+    if parts:
+        # A stream appends to its newest part, delta after delta.  The append
+        # before left a hint on the text's line: the parts before it, none of
+        # which has this id.  If they are still the parts before it, this part
+        # is the first with the id, and the scan below is not needed.
+        part = parts[-1]
+        if type(part) is part_class and part.id == part_id:
+            buffer = part._content
+            line = buffer._line
+            hint = None if line is None else line.hint
+            if hint is not None and hint[1] == part_id and hint[0] == parts[:-1]:
+                return rebuild(state, turn, hint[0], (), part, buffer.appended(text))
     index = -1
     for part in parts:
         index += 1
@@ -449,19 +613,29 @@ def _append_text(
         return state
     if kind is not part_class:
         return state
-    new_part = with_content(part, part._content.appended(text))  # type: ignore[union-attr]
-    if index == len(parts) - 1:  # a stream appends to its newest part
-        new_parts = parts[:index] + (new_part,)  # noqa: RUF005  (faster than unpacking)
-    else:
-        new_parts = parts[:index] + (new_part,) + parts[index + 1 :]  # noqa: RUF005
-    return _state_with_turn(state, _turn_with_parts(turn, new_parts))
+    buffer = part._content.appended(text)  # type: ignore[union-attr]
+    before = parts[:index]
+    if index < len(parts) - 1:
+        return rebuild(state, turn, before, parts[index + 1 :], part, buffer)
+    # The hint for the next delta.  Only the newest part of a turn keeps one,
+    # so that the hints hold at most one tuple of parts per turn: the parts
+    # before drop theirs.
+    line = buffer._line
+    if line is not None:  # (always: ``appended`` made it)
+        line.hint = (before, part_id)
+    for earlier in before:
+        if type(earlier) is MarkdownResponsePart or type(earlier) is ReasoningResponsePart:
+            line = earlier._content._line
+            if line is not None:
+                line.hint = None
+    return rebuild(state, turn, before, (), part, buffer)
 
 
 def _append_part(state: ChatState, turn_id: str, part: ResponsePart) -> ChatState:
     turn = state.active_turn
     if turn is None or turn.id != turn_id:
         return state
-    return _state_with_turn(state, _turn_with_parts(turn, (*turn.response_parts, part)))
+    return _with_turn_parts(state, turn, (*turn.response_parts, part))
 
 
 # ─── Tool calls ──────────────────────────────────────────────────────────────
@@ -496,6 +670,7 @@ def _update_tool_calls(
     tool_call_id = action.tool_call_id
     parts = turn.response_parts
     new_parts: list[ResponsePart] | None = None
+    last = len(parts) - 1
     for index, part in enumerate(parts):
         if type(part) is not ToolCallResponsePart:
             continue
@@ -506,12 +681,15 @@ def _update_tool_calls(
         updated = update(tool_call, action)
         if updated is tool_call:
             continue
+        new_part = _tool_part_with_call(part, updated)
         if new_parts is None:
+            if index == last:  # the usual case: the newest part, and the only one changed
+                return _with_turn_parts(state, turn, parts[:last] + (new_part,))  # noqa: RUF005
             new_parts = list(parts)
-        new_parts[index] = _tool_part_with_call(part, updated)
+        new_parts[index] = new_part
     if new_parts is None:
         return state
-    return _state_with_turn(state, _turn_with_parts(turn, tuple(new_parts)))
+    return _with_turn_parts(state, turn, tuple(new_parts))
 
 
 def _transition(
@@ -602,7 +780,7 @@ def _tool_call_delta(tc: ToolCallState, action: ChatToolCallDeltaAction) -> Tool
     )
     if (
         buffer is tc._partial_input
-        and json_equal(meta, tc.meta)
+        and (meta is tc.meta or json_equal(meta, tc.meta))
         and invocation_message == tc.invocation_message
     ):
         return tc
@@ -642,14 +820,22 @@ def _ready(tc: ToolCallState, action: ChatToolCallReadyAction) -> ToolCallState:
             tool_input = tc.tool_input
     else:
         return tc
-    base = _tc_base(tc, action.meta)
-    # The one transition that may refine these two.
-    base["intention"] = _or(action.intention, tc.intention)
-    base["contributor"] = _refined_contributor(tc.contributor, action.contributor)
+    # The one transition that may refine the intention and the contributor.
+    # (The base fields are spelled out rather than taken from ``_tc_base``: a
+    # dict and its unpacking cost more than the call itself, on the path of
+    # every tool call.)
+    intention = tc.intention if action.intention is None else action.intention
+    contributor = _refined_contributor(tc.contributor, action.contributor)
+    meta = tc.meta if action.meta is None else action.meta
     new: ToolCallState
     if action.confirmed:
-        new = ToolCallRunningState(
-            **base,
+        new = _new_running(
+            tool_call_id=tc.tool_call_id,
+            tool_name=tc.tool_name,
+            display_name=tc.display_name,
+            intention=intention,
+            contributor=contributor,
+            meta=meta,
             invocation_message=action.invocation_message,
             tool_input=tool_input,
             confirmed=action.confirmed,
@@ -657,8 +843,13 @@ def _ready(tc: ToolCallState, action: ChatToolCallReadyAction) -> ToolCallState:
     else:
         # A call that was already pending keeps what this action does not restate.
         previous = tc if isinstance(tc, ToolCallPendingConfirmationState) else _NOTHING_PENDING
-        new = ToolCallPendingConfirmationState(
-            **base,
+        new = _new_pending_confirmation(
+            tool_call_id=tc.tool_call_id,
+            tool_name=tc.tool_name,
+            display_name=tc.display_name,
+            intention=intention,
+            contributor=contributor,
+            meta=meta,
             invocation_message=action.invocation_message,
             tool_input=tool_input,
             confirmation_title=(
@@ -675,7 +866,8 @@ def _ready(tc: ToolCallState, action: ChatToolCallReadyAction) -> ToolCallState:
             editable=previous.editable if action.editable is None else action.editable,
             options=previous.options if action.options is None else action.options,
         )
-    return tc if new == tc else new
+    # Only a call of the same status can be equal (and a test of the class is cheaper).
+    return tc if type(new) is type(tc) and new == tc else new
 
 
 # What a call that was not pending has to fall back on: nothing.
@@ -700,7 +892,7 @@ def _approved(tc: ToolCallState, action: ChatToolCallApprovedAction) -> ToolCall
     # A ContentRef input is edited by rewriting the resource it points to.
     if action.edited_tool_input is not None and isinstance(tool_input, str):
         tool_input = action.edited_tool_input
-    return ToolCallRunningState(
+    return _new_running(
         **_tc_base(tc, action.meta),
         invocation_message=tc.invocation_message,
         tool_input=tool_input,
@@ -713,7 +905,7 @@ def _denied(tc: ToolCallState, action: ChatToolCallDeniedAction) -> ToolCallStat
     """``chat/toolCallConfirmed`` (denied): pending-confirmation → cancelled."""
     if not isinstance(tc, ToolCallPendingConfirmationState):
         return tc
-    return ToolCallCancelledState(
+    return _new_cancelled(
         **_tc_base(tc, action.meta),
         invocation_message=tc.invocation_message,
         tool_input=tc.tool_input,
@@ -727,40 +919,44 @@ def _denied(tc: ToolCallState, action: ChatToolCallDeniedAction) -> ToolCallStat
 def _complete(tc: ToolCallState, action: ChatToolCallCompleteAction) -> ToolCallState:
     """``chat/toolCallComplete``: from running, pending-confirmation or (failing) auth-required."""
     result = action.result
-    pre_auth_content: tuple[ToolResultContent, ...] | None = None
-    from_auth = isinstance(tc, ToolCallAuthRequiredState)
-    post: _PostConfirmation
+    content = result.content
+    confirmed: ToolCallConfirmationReason | str
     if isinstance(tc, ToolCallRunningState):
-        post = _post_confirmation(tc)
+        confirmed, selected_option = tc.confirmed, tc.selected_option
     elif isinstance(tc, ToolCallAuthRequiredState):
         # Execution never resumed after the auth challenge, so only a failure
         # (the client giving up) can end it; the content produced before the
         # pause is all the tool ever produced.
         if result.success:
             return tc
-        post = _post_confirmation(tc)
-        pre_auth_content = tc.content
+        confirmed, selected_option = tc.confirmed, tc.selected_option
+        if content is None:
+            content = tc.content
     elif isinstance(tc, ToolCallPendingConfirmationState):
-        post = {
-            "invocation_message": tc.invocation_message,
-            "tool_input": tc.tool_input,
-            "confirmed": ToolCallConfirmationReason.NOT_NEEDED,
-            "selected_option": None,
-        }
+        confirmed, selected_option = ToolCallConfirmationReason.NOT_NEEDED, None
     else:
         return tc
-    # An abandoned auth challenge leaves no result to review.
+    # An abandoned auth challenge leaves no result to review.  (The fields are
+    # spelled out rather than unpacked from ``_tc_base`` dicts: see ``_ready``.)
     finished = (
-        ToolCallPendingResultConfirmationState
-        if action.requires_result_confirmation and not from_auth
-        else ToolCallCompletedState
+        _new_pending_result_confirmation
+        if action.requires_result_confirmation and not isinstance(tc, ToolCallAuthRequiredState)
+        else _new_completed
     )
     return finished(
-        **_tc_base(tc, action.meta),
-        **post,
+        tool_call_id=tc.tool_call_id,
+        tool_name=tc.tool_name,
+        display_name=tc.display_name,
+        intention=tc.intention,
+        contributor=tc.contributor,
+        meta=tc.meta if action.meta is None else action.meta,
+        invocation_message=tc.invocation_message,
+        tool_input=tc.tool_input,
+        confirmed=confirmed,
+        selected_option=selected_option,
         success=result.success,
         past_tense_message=result.past_tense_message,
-        content=_or(result.content, pre_auth_content),
+        content=content,
         structured_content=result.structured_content,
         error=result.error,
     )
@@ -774,7 +970,7 @@ def _result_confirmed(
         return tc
     base = _tc_base(tc, action.meta)
     if action.approved:
-        return ToolCallCompletedState(
+        return _new_completed(
             **base,
             **_post_confirmation(tc),
             success=tc.success,
@@ -783,7 +979,7 @@ def _result_confirmed(
             structured_content=tc.structured_content,
             error=tc.error,
         )
-    return ToolCallCancelledState(
+    return _new_cancelled(
         **base,
         invocation_message=tc.invocation_message,
         tool_input=tc.tool_input,
@@ -811,7 +1007,7 @@ def _auth_required(tc: ToolCallState, action: ChatToolCallAuthRequiredAction) ->
         return tc
     # Not ``_tc_base``: its ``contributor`` is typed for any status, and this
     # one requires an MCP server's, which only the check above establishes.
-    return ToolCallAuthRequiredState(
+    return _new_auth_required(
         tool_call_id=tc.tool_call_id,
         tool_name=tc.tool_name,
         display_name=tc.display_name,
@@ -828,7 +1024,7 @@ def _auth_resolved(tc: ToolCallState, action: ChatToolCallAuthResolvedAction) ->
     """``chat/toolCallAuthResolved``: auth-required → running; the requirement is dropped."""
     if not isinstance(tc, ToolCallAuthRequiredState):
         return tc
-    return ToolCallRunningState(
+    return _new_running(
         **_tc_base(tc, action.meta), **_post_confirmation(tc), content=tc.content
     )
 
@@ -841,20 +1037,20 @@ def _force_cancel(part: ResponsePart) -> ResponsePart:
     if isinstance(tc, (ToolCallCompletedState, ToolCallCancelledState)):
         return part
     if isinstance(tc, UnknownToolCallState):
-        return ToolCallResponsePart(tool_call=_cancelled_from_unknown(tc))
+        return _new_tool_part(tool_call=_cancelled_from_unknown(tc))
     if isinstance(tc, ToolCallStreamingState):
         invocation_message = "" if tc.invocation_message is None else tc.invocation_message
         tool_input = None
     else:
         invocation_message = tc.invocation_message
         tool_input = tc.tool_input
-    cancelled = ToolCallCancelledState(
+    cancelled = _new_cancelled(
         **_tc_base(tc),
         invocation_message=invocation_message,
         tool_input=tool_input,
         reason=ToolCallCancellationReason.SKIPPED,
     )
-    return ToolCallResponsePart(tool_call=cancelled)
+    return _new_tool_part(tool_call=cancelled)
 
 
 # The fields of an unknown status that a cancelled call keeps (wire names).
@@ -898,7 +1094,7 @@ def _cancelled_from_unknown(tc: UnknownToolCallState) -> ToolCallState:
 
 def _turn_started(state: ChatState, action: ChatTurnStartedAction, now: Clock | None) -> ChatState:
     """``chat/turnStarted``: a fresh active turn (replacing any), IS_READ cleared."""
-    turn = ActiveTurn(
+    turn = _new_active_turn(
         id=action.turn_id, started_at=action.started_at, message=action.message, response_parts=()
     )
     status = without_flag(chat_status(state.status, turn), SessionStatus.IS_READ)
@@ -919,6 +1115,8 @@ def _turn_started(state: ChatState, action: ChatTurnStartedAction, now: Clock | 
         steering_message=steering,
         queued_messages=queued,
     )
+    if state.active_turn is None:  # the usual case: ``new`` has a turn, so it differs
+        return new
     return _settled(state, new)
 
 
@@ -933,13 +1131,24 @@ def _end_turn(
     turn = state.active_turn
     if turn is None or turn.id != action.turn_id:
         return state
-    finished = Turn(
+    parts: list[ResponsePart] = []
+    for part in turn.response_parts:
+        kind = type(part)
+        if kind is ToolCallResponsePart:
+            part = _force_cancel(part)  # noqa: PLW2901
+        elif kind is MarkdownResponsePart or kind is ReasoningResponsePart:
+            # The turn is over: the hint for the next delta goes (see ``_append_text``).
+            line = part._content._line  # type: ignore[union-attr]
+            if line is not None:
+                line.hint = None
+        parts.append(part)
+    finished = _new_turn(
         id=turn.id,
         started_at=turn.started_at,
         # The duration is the producer's; a negative one would only confuse a display.
         duration=max(0, action.duration),
         message=turn.message,
-        response_parts=tuple(_force_cancel(part) for part in turn.response_parts),
+        response_parts=tuple(parts),
         usage=turn.usage,
         state=end,
         error=error,

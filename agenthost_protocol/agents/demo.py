@@ -556,15 +556,7 @@ class DemoAgent:
         event.responder.respond(None)
 
     def _fetch_turns(self, event: RequestReceived) -> None:
-        params = event.params
-        if not isinstance(params, t.FetchTurnsParams):
-            raise LocalProtocolError(f"{event.method} is not fetchTurns")
-        chat = self._chat(params.channel)
-        if chat is not None and params.cursor is None and chat.turns_next_cursor is None:
-            # every turn is in the state already: a chat/turnsLoaded of nothing would be a no-op
-            event.responder.respond(t.FetchTurnsResult())
-            return
-        self._host.fetch_turns(event, ())  # its errors: unknown chat, unknown cursor
+        self._host.fetch_turns(event, ())  # the agent keeps no turns the state lacks
 
     def _completions(self, event: RequestReceived) -> None:
         event.responder.respond(t.CompletionsResult(items=()))

@@ -402,16 +402,7 @@ class PiAgentRunner:
                               "a pi session has exactly one chat")
 
     def _fetch_turns(self, event: RequestReceived) -> None:
-        params = event.params
-        if not isinstance(params, t.FetchTurnsParams):
-            raise LocalProtocolError(f"{event.method} is not fetchTurns")
-        state = self.host.state(params.channel) if self.host.has_channel(params.channel) else None
-        if isinstance(state, t.ChatState) and params.cursor is None and (
-            state.turns_next_cursor is None
-        ):
-            event.responder.respond(t.FetchTurnsResult())
-            return
-        self.host.fetch_turns(event, ())
+        self.host.fetch_turns(event, ())  # the agent keeps no turns the state lacks
 
     def _completions(self, event: RequestReceived) -> None:
         event.responder.respond(t.CompletionsResult(items=()))

@@ -1111,7 +1111,8 @@ class Host:
         turns: tuple[t.Turn, ...],
         next_cursor: str | None = None,
     ) -> None:
-        """Answer ``fetchTurns``: dispatch ``chat/turnsLoaded`` with ``turns``, then ``{}``.
+        """Answer ``fetchTurns``: dispatch ``chat/turnsLoaded`` with ``turns``, then ``{}``
+        (nothing is dispatched when there is nothing to load and nothing was).
 
         A ``cursor`` that is not the chat's ``turnsNextCursor`` is answered
         with ``InvalidParams`` and nothing is dispatched; so is a chat that
@@ -1127,9 +1128,12 @@ class Host:
         if params.cursor is not None and params.cursor != state.turns_next_cursor:
             event.responder.error(JsonRpcErrorCode.INVALID_PARAMS, "unknown cursor")
             return
-        self.dispatch(
-            params.channel, t.ChatTurnsLoadedAction(turns=turns, turns_next_cursor=next_cursor)
-        )
+        if turns or next_cursor is not None or state.turns_next_cursor is not None:
+            # with every turn loaded already, a chat/turnsLoaded of nothing is a no-op:
+            # not worth a serverSeq
+            self.dispatch(
+                params.channel, t.ChatTurnsLoadedAction(turns=turns, turns_next_cursor=next_cursor)
+            )
         event.responder.respond(t.FetchTurnsResult())
 
     def older_turns_cursor(self, chat: str, turn_id: str | None = None) -> str | None:

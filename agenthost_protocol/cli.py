@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import IO, TYPE_CHECKING, Any
@@ -201,6 +202,65 @@ def _add_serve(sub: Any) -> argparse.ArgumentParser:
     serve.add_argument("--replay-window", type=_positive_int, default=10_000,
                        metavar="ENVELOPES", help="actions kept for reconnect replays "
                        "(default 10000; older gaps are answered with snapshots)")
+    security = serve.add_argument_group(
+        "access (docs/serve.md, Security)",
+        "A WebSocket handshake must carry the access token (the URL's token= or "
+        "Authorization: Bearer), name this server in its Host header, and carry no Origin "
+        "header unless that origin is allowed. By default a random token is made and "
+        "printed in the URL; AHP_TOKEN in the environment gives one instead.")
+    security.add_argument("--token-file", metavar="PATH",
+                          help="read the access token from PATH (its first line)")
+    security.add_argument("--no-token", action="store_true",
+                          help="ask for no token (loopback addresses only; any program on "
+                          "this machine can then drive the agent)")
+    security.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
+                          help="let browser pages of ORIGIN connect (e.g. "
+                          "https://app.example; repeatable; none by default)")
+    security.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                          help="accept NAME in the Host header besides localhost and IP "
+                          "addresses (repeatable)")
+    security.add_argument("--certfile", metavar="PEM",
+                          help="serve wss:// with this certificate (chain)")
+    security.add_argument("--keyfile", metavar="PEM",
+                          help="the certificate's private key (default: in --certfile)")
+    limits = serve.add_argument_group("limits (docs/serve.md, Limits)")
+    defaults = _ServerLimitDefaults()
+    limits.add_argument("--max-connections", type=_positive_int,
+                        default=defaults.max_connections, metavar="N",
+                        help=f"connections served at once (default {defaults.max_connections}); "
+                        "one more gets HTTP 503")
+    limits.add_argument("--max-queued-bytes", type=_positive_int,
+                        default=defaults.max_total_queue_bytes, metavar="BYTES",
+                        help="bytes waiting for all clients together (default "
+                        f"{defaults.max_total_queue_bytes // 2**20} MiB); when full, clients "
+                        "that stopped reading are dropped, longest stuck first")
+    limits.add_argument("--max-queue-bytes", type=_positive_int,
+                        default=defaults.max_queue_bytes, metavar="BYTES",
+                        help="bytes waiting for one client before it is dropped (default "
+                        f"{defaults.max_queue_bytes // 2**20} MiB)")
+    limits.add_argument("--max-queue-messages", type=_positive_int,
+                        default=defaults.max_queue_messages, metavar="N",
+                        help="messages waiting for one client before it is dropped (default "
+                        f"{defaults.max_queue_messages})")
+    limits.add_argument("--stall-timeout", type=_seconds, default=defaults.stall_timeout,
+                        metavar="SECONDS", help="a send stuck this long marks its client "
+                        f"as not reading (default {defaults.stall_timeout:g})")
+    limits.add_argument("--initialize-timeout", type=_positive_seconds,
+                        default=defaults.initialize_timeout, metavar="SECONDS",
+                        help="time a connection has to send initialize or reconnect "
+                        f"(default {defaults.initialize_timeout:g})")
+    limits.add_argument("--claim-probe-timeout", type=_positive_seconds,
+                        default=defaults.claim_probe_timeout, metavar="SECONDS",
+                        help="time the holder of a clientId claimed by a new connection has "
+                        f"to answer a ping (default {defaults.claim_probe_timeout:g})")
+    limits.add_argument("--max-subscriptions", type=_positive_int,
+                        default=defaults.max_subscriptions, metavar="N",
+                        help=f"channels one connection may subscribe to (default "
+                        f"{defaults.max_subscriptions})")
+    limits.add_argument("--max-reconnects-per-minute", type=_positive_int,
+                        default=defaults.max_reconnects_per_minute, metavar="N",
+                        help="reconnect requests one connection may send per minute "
+                        f"(default {defaults.max_reconnects_per_minute})")
     serve.add_argument("--agent", choices=_AGENTS, default="demo",
                        help="the agent: the built-in demo (default, no COMMAND), an ACP agent "
                        "(needs the acp extra), a pi or an xcsh agent in RPC mode; the last "
@@ -209,6 +269,42 @@ def _add_serve(sub: Any) -> argparse.ArgumentParser:
                        help="after --: the agent's command line, e.g. -- pi --mode rpc "
                        "--no-session")
     return serve
+
+
+class _ServerLimitDefaults:
+    """``ServerLimits``' defaults, without importing asyncio for ``--help``'s sake.
+
+    A test holds these to ``ServerLimits``.
+    """
+
+    max_connections = 256
+    max_total_queue_bytes = 256 * 1024 * 1024
+    max_queue_bytes = 64 * 1024 * 1024
+    max_queue_messages = 4096
+    stall_timeout = 2.0
+    initialize_timeout = 10.0
+    claim_probe_timeout = 3.0
+    max_subscriptions = 1024
+    max_reconnects_per_minute = 30
+
+
+def _read_token(args: argparse.Namespace, parser: argparse.ArgumentParser) -> str | None:
+    """The token asked for: ``--token-file``, else ``AHP_TOKEN``, else ``None`` (make one)."""
+    if args.token_file is not None:
+        if args.no_token:
+            parser.error("--token-file and --no-token contradict each other")
+        try:
+            with open(args.token_file, encoding="utf-8") as f:
+                token = f.readline().strip()
+        except (OSError, UnicodeDecodeError) as e:
+            parser.error(f"cannot read the token file {args.token_file}: {e}")
+        if not token:
+            parser.error(f"the token file {args.token_file} is empty")
+        return token
+    token = os.environ.get("AHP_TOKEN", "").strip()
+    if token and not args.no_token:
+        return token
+    return None
 
 
 def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -221,9 +317,20 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if args.agent != "demo" and not command:
         parser.error(f"--agent {args.agent} needs the agent's command line after --, "
                      f"e.g. serve --agent {args.agent} -- COMMAND ARGS")
+    token = _read_token(args, parser)
     # imported here: the pure commands never load asyncio or the transports
+    from .aio.access import is_loopback  # noqa: PLC0415
     from .aio.serve import ServeOptions, run  # noqa: PLC0415
     from .aio.server import ServerLimits  # noqa: PLC0415
+
+    if args.no_token and not args.stdio and not is_loopback(args.host):
+        parser.error(f"--no-token is refused for --host {args.host}: only a loopback "
+                     "address may be served without a token")
+    if args.keyfile is not None and args.certfile is None:
+        parser.error("--keyfile needs --certfile")
+    if args.no_token and not args.stdio:
+        print("agenthost-protocol serve: warning: --no-token: any program on this machine "
+              "can connect and drive the agent", file=sys.stderr, flush=True)
 
     logging.basicConfig(
         level=getattr(logging, args.log_level.upper()),
@@ -236,9 +343,26 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         stdio=args.stdio,
         step_delay=args.step_delay,
         replay_window=args.replay_window,
-        limits=ServerLimits(max_message_size=args.max_message_size),
+        limits=ServerLimits(
+            max_message_size=args.max_message_size,
+            max_connections=args.max_connections,
+            max_total_queue_bytes=args.max_queued_bytes,
+            max_queue_bytes=args.max_queue_bytes,
+            max_queue_messages=args.max_queue_messages,
+            stall_timeout=args.stall_timeout,
+            initialize_timeout=args.initialize_timeout,
+            claim_probe_timeout=args.claim_probe_timeout,
+            max_subscriptions=args.max_subscriptions,
+            max_reconnects_per_minute=args.max_reconnects_per_minute,
+        ),
         agent=args.agent,
         agent_command=tuple(command),
+        token=token,
+        no_token=args.no_token,
+        allowed_origins=tuple(args.allow_origin),
+        allowed_hosts=tuple(args.allow_host),
+        certfile=args.certfile,
+        keyfile=args.keyfile,
     )
     return run(options)
 

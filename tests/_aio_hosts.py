@@ -15,7 +15,8 @@ from typing import Any, TypeVar
 
 from agenthost_protocol import types as t
 from agenthost_protocol.agents.demo import DemoAgent, demo_root_state
-from agenthost_protocol.aio import DemoPacer, HostServer
+from agenthost_protocol.aio import DemoPacer, HostServer, ServerLimits
+from agenthost_protocol.aio.access import AccessPolicy
 from agenthost_protocol.aio.client import (
     ClientEvent,
     EventStream,
@@ -72,15 +73,17 @@ async def demo_host(
     remembered_clients: int = 1024,
     supported_versions: Sequence[str] = SUPPORTED_PROTOCOL_VERSIONS,
     intercept: Callable[[DemoHost, HostEvent], bool] | None = None,
+    limits: ServerLimits | None = None,
+    access: AccessPolicy | None = None,
 ) -> AsyncIterator[DemoHost]:
     """A demo host on a loopback port.  ``intercept(host, event)`` sees every host
     event first; returning ``True`` keeps it from the demo agent."""
     host = Host(clock=clock, root=demo_root_state(), replay_max_envelopes=replay_window,
                 remembered_clients=remembered_clients, supported_versions=supported_versions,
                 server_info=t.Implementation(name="test-host"))
-    server = HostServer(host)
+    server = HostServer(host, limits=limits)
     pacer = DemoPacer(DemoAgent(host), server, step_delay=step_delay)
-    endpoint = await serve_websocket(server, "127.0.0.1", 0, ping_interval=None)
+    endpoint = await serve_websocket(server, "127.0.0.1", 0, ping_interval=None, access=access)
     demo = DemoHost(server, endpoint, pacer)
 
     def handle(event: HostEvent) -> None:

@@ -6,7 +6,9 @@ reply as it streams, asks y/n for each tool call awaiting confirmation (or
 approves them all with ``--yes``), and exits when the turn ends.
 
 The reply (markdown) goes to stdout; reasoning, tool calls and notices go to
-stderr, so ``chat ... > reply.md`` keeps the reply alone.  Exit statuses:
+stderr, so ``chat ... > reply.md`` keeps the reply alone.  Every string the
+host provides is written through :func:`~.terminal.safe_text`: its control
+characters show escaped, never act on the terminal.  Exit statuses:
 
 ====  =============================================================
 0     the turn completed (or was cancelled)
@@ -63,7 +65,9 @@ from .client import (
     VersionMismatch,
     connect,
     connect_stdio,
+    redact_url,
 )
+from .terminal import safe_text
 
 __all__ = [
     "EXIT_CONNECT",
@@ -117,6 +121,11 @@ class _Failed(Exception):
         self.message = message
 
 
+def _complain(err: IO[str], message: str) -> None:
+    """The command's last words on ``err``; ``message`` may quote the host, so it is made safe."""
+    print(f"{PROG}: {safe_text(message)}", file=err)
+
+
 def _text(value: t.StringOrMarkdown | None) -> str:
     if value is None:
         return ""
@@ -153,11 +162,12 @@ class _Transcript:
                 self._tool(part.tool_call)
 
     def note(self, text: str) -> None:
-        """A line on stderr (a tool call, a reconnect ...), on a line of its own."""
+        """A line on stderr (a tool call, a reconnect ...), on a line of its own; ``text``
+        may hold host-provided strings (it is made safe here)."""
         self._end_part()
         if self._out_tail and not self._out_tail.endswith("\n"):
             self._write(self._out, "\n")
-        self._write(self._err, text + "\n")
+        self._write(self._err, safe_text(text) + "\n")
 
     def finish(self) -> None:
         """End the output: the last line of each stream is terminated."""
@@ -180,7 +190,8 @@ class _Transcript:
             else:
                 self._write(self._err, "\x1b[2m" if self._dim else "thinking: ")
         self._printed[part_id] = len(content)
-        self._write(stream, new)
+        # escaped per character, so an escape sequence split across deltas is harmless too
+        self._write(stream, safe_text(new))
 
     def _end_part(self) -> None:
         if self._current is not None and self._current[1] is self._err:
@@ -188,6 +199,7 @@ class _Transcript:
         self._current = None
 
     def _write(self, stream: IO[str], text: str) -> None:
+        # raw: only for text made safe already, or the transcript's own escapes (dimming)
         if not text:
             return
         stream.write(text)
@@ -473,58 +485,68 @@ async def run_chat(
         try:
             command = shlex.split(target)
         except ValueError as e:
-            print(f"{PROG}: cannot parse the command {target!r}: {e}", file=err)
+            _complain(err, f"cannot parse the command {redact_url(target)!r}: {e}")
             return EXIT_USAGE
         if not command:
-            print(f"{PROG}: --stdio needs a command to run", file=err)
+            _complain(err, "--stdio needs a command to run")
             return EXIT_USAGE
         connecting = connect_stdio(command, request_timeout=timeout,
                                    protocol_versions=protocol_versions, reconnect=False)
     else:
         if not target.startswith(("ws://", "wss://")):
-            print(f"{PROG}: {target!r} is not a ws:// or wss:// URL (use --stdio to run a "
-                  "host command)", file=err)
+            _complain(err, f"{redact_url(target)!r} is not a ws:// or wss:// URL (use --stdio "
+                           "to run a host command)")
             return EXIT_USAGE
-        connecting = connect(target, request_timeout=timeout,
-                             protocol_versions=protocol_versions, reconnect=policy,
-                             open_timeout=timeout)
+        try:
+            connecting = connect(target, request_timeout=timeout,
+                                 protocol_versions=protocol_versions, reconnect=policy,
+                                 open_timeout=timeout)
+        except ValueError as e:  # an AHP_TOKEN no header can carry
+            _complain(err, str(e))
+            return EXIT_USAGE
     try:
         async with connecting as client:
             return await chat.run(client, message)
     except _Failed as e:
         chat.transcript.finish()
-        print(f"{PROG}: {e.message}", file=err)
+        _complain(err, e.message)
         return e.status
     except ConnectError as e:
-        print(f"{PROG}: {e}", file=err)
+        _complain(err, str(e))
         return EXIT_CONNECT
     except VersionMismatch as e:
-        print(f"{PROG}: {e}", file=err)
+        _complain(err, str(e))
         return EXIT_VERSION
     except ClientTimeout as e:
         chat.transcript.finish()
-        print(f"{PROG}: timed out: {e}", file=err)
+        _complain(err, f"timed out: {e}")
         return EXIT_TIMEOUT
     except RequestError as e:
         chat.transcript.finish()
-        print(f"{PROG}: the host refused {e.method}: {e.error.message} ({e.code})", file=err)
+        _complain(err, f"the host refused {e.method}: {e.error.message} ({e.code})")
         return EXIT_FAILED
     except (ClientError, ProtocolError) as e:
         chat.transcript.finish()
-        print(f"{PROG}: {e}", file=err)
+        _complain(err, str(e))
         return EXIT_FAILED
 
 
 # -- the command line ---------------------------------------------------------------------
 
 
+class _SafeFormatter(logging.Formatter):
+    """Log records quote the host (a close reason, a protocol violation ...) and go to the
+    same terminal as the chat: made safe like the rest."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return safe_text(super().format(record))
+
+
 def run_from_args(args: argparse.Namespace) -> int:
     """Run the command from the arguments ``agenthost-protocol chat`` parsed; the exit status."""
-    logging.basicConfig(
-        level=getattr(logging, str(args.log_level).upper()),
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_SafeFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=getattr(logging, str(args.log_level).upper()), handlers=[handler])
     try:
         return asyncio.run(run_chat(
             args.target, args.message, yes=args.yes, stdio=args.stdio, timeout=args.timeout,

@@ -38,6 +38,7 @@ import contextlib
 import functools
 import logging
 import math
+import os
 import random
 import uuid
 import weakref
@@ -103,6 +104,7 @@ from .client_errors import (
     RequestError,
     RequestTimeout,
     VersionMismatch,
+    redact_url,
 )
 from .client_events import (
     DEFAULT_EVENT_BUFFER,
@@ -120,19 +122,25 @@ from .client_events import (
 )
 from .client_transport import (
     DEFAULT_MAX_MESSAGE_SIZE,
+    TOKEN_ENV,
     MessageTransport,
     SubprocessTransport,
     TransportClosed,
     TransportOpener,
     WebSocketTransport,
+    _authorized,
+    _check_token,
+    _has_authorization,
     open_subprocess,
     open_websocket,
+    url_token,
 )
 
 __all__ = [
     "DEFAULT_CLIENT_INFO",
     "DEFAULT_EVENT_BUFFER",
     "DEFAULT_MAX_MESSAGE_SIZE",
+    "TOKEN_ENV",
     "USE_DEFAULT",
     "ActionDropped",
     "ActionReceived",
@@ -173,6 +181,8 @@ __all__ = [
     "new_session_uri",
     "open_subprocess",
     "open_websocket",
+    "redact_url",
+    "url_token",
 ]
 
 log = logging.getLogger(__name__)
@@ -286,7 +296,8 @@ class AsyncClient:
 
     ``opener`` opens a transport to the host (:func:`connect` and
     :func:`connect_stdio` make one; it is called again for every reconnect
-    attempt).  ``target`` names the host in messages.  ``client_id`` (default:
+    attempt).  ``target`` names the host in messages (through :func:`redact_url`,
+    so an access token in a URL is never shown).  ``client_id`` (default:
     a fresh UUID) identifies the client across reconnects.
     ``protocol_versions``, ``client_info``, ``locale``, ``clock`` are the
     :class:`~agenthost_protocol.client.ClientConnection`'s.
@@ -324,7 +335,8 @@ class AsyncClient:
         if event_buffer < 1:
             raise ValueError("event_buffer must be at least 1")
         self._opener = opener
-        self._target = target
+        # a URL may carry the access token, and the target goes into every log line
+        self._target = redact_url(target)
         self._conn = ClientConnection(
             client_id if client_id is not None else f"agenthost-protocol-{uuid.uuid4()}",
             protocol_versions=protocol_versions, clock=clock, client_info=client_info,
@@ -1258,9 +1270,34 @@ def _policy(reconnect: ReconnectPolicy | bool) -> ReconnectPolicy | None:
     return ReconnectPolicy() if reconnect else None
 
 
+def _websocket_token(url: str, token: str | None,
+                     headers: Mapping[str, str] | None) -> tuple[str | None, str]:
+    """The token to send as ``Authorization: Bearer``, and where it came from."""
+    if token is not None:
+        return token, "the token argument"
+    if url_token(url) is not None or _has_authorization(headers):
+        return None, ""  # the URL or the caller's own header authenticates
+    ambient = os.environ.get(TOKEN_ENV)
+    return (ambient or None), TOKEN_ENV
+
+
+def _child_env(env: Mapping[str, str] | None, token: str | None) -> Mapping[str, str] | None:
+    """The environment of a spawned host: ``env`` (``None``: ours) with ``AHP_TOKEN``."""
+    if token is not None:
+        _check_token(token, "the token argument")
+        return {**(env if env is not None else os.environ), TOKEN_ENV: token}
+    if env is None:
+        return None  # the child inherits ours, AHP_TOKEN included
+    ambient = os.environ.get(TOKEN_ENV)
+    if ambient and TOKEN_ENV not in env:
+        return {**env, TOKEN_ENV: ambient}
+    return env
+
+
 def connect(
     url: str,
     *,
+    token: str | None = None,
     client_id: str | None = None,
     protocol_versions: Sequence[str] = SUPPORTED_PROTOCOL_VERSIONS,
     client_info: Implementation | None = DEFAULT_CLIENT_INFO,
@@ -1284,10 +1321,28 @@ def connect(
     ``headers`` go with the WebSocket upgrade request; ``open_timeout``,
     ``max_message_size`` and ``ping_interval`` (WebSocket ping frames) are
     the transport's.  The other options are :class:`AsyncClient`'s.
+
+    ``token`` is the host's access token (``agenthost-protocol serve`` wants
+    one).  It is taken from, in this order: the ``token`` argument; a
+    ``token`` query parameter of ``url`` (the URL ``serve`` prints,
+    ``ws://127.0.0.1:8765/?token=...``, which then goes to the host as it
+    is); the environment variable ``AHP_TOKEN`` (if non-empty), read now.  A
+    token from the argument or ``AHP_TOKEN`` is sent as ``Authorization:
+    Bearer <token>`` with every upgrade request, reconnects included (a
+    ``token`` query parameter is then left out of the URL, so the host sees
+    one token).  An ``Authorization`` header in ``headers`` is the caller's
+    own authentication: ``AHP_TOKEN`` is then ignored, and giving ``token``
+    as well raises ``ValueError`` (as does a token with spaces or control
+    characters).  The token never appears in messages or log lines
+    (:func:`redact_url`); a host that refuses it raises :class:`ConnectError`
+    with ``status`` 401.
     """
+    token, source = _websocket_token(url, token, headers)
+    # checked now, not at the first open: a bad token is the caller's mistake
+    ws_url, request_headers = _authorized(url, token, headers, source)
 
     async def opener() -> MessageTransport:
-        return await open_websocket(url, headers=headers, open_timeout=open_timeout,
+        return await open_websocket(ws_url, headers=request_headers, open_timeout=open_timeout,
                                     max_message_size=max_message_size,
                                     ping_interval=ping_interval, ping_timeout=ping_interval)
 
@@ -1302,6 +1357,7 @@ def connect(
 def connect_stdio(
     command: Sequence[str],
     *,
+    token: str | None = None,
     stderr: int | IO[bytes] | None = None,
     env: Mapping[str, str] | None = None,
     cwd: str | None = None,
@@ -1326,11 +1382,18 @@ def connect_stdio(
     default: a new process is a new host, so a reconnect always starts
     afresh (:class:`Reinitialized`).  Raises :class:`ConnectError` when the
     command cannot be started.
+
+    The pipe needs no access token: this process owns it.  A ``token``
+    (else ``AHP_TOKEN`` of this process, if set) is handed to the child as
+    its ``AHP_TOKEN``, for a child that connects to a WebSocket host itself.
+    ``env`` replaces the child's environment (``None``: this process's); an
+    ``AHP_TOKEN`` of ``env`` beats ours, ``token`` beats both.
     """
     argv = tuple(command)
+    child_env = _child_env(env, token)
 
     async def opener() -> MessageTransport:
-        return await open_subprocess(argv, stderr=stderr, env=env, cwd=cwd,
+        return await open_subprocess(argv, stderr=stderr, env=child_env, cwd=cwd,
                                      max_message_size=max_message_size,
                                      close_timeout=close_timeout)
 

@@ -24,7 +24,9 @@ peer's.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
+from typing import Final
 
 from ..reconciler import PendingAction, Rejection
 from ..types import AhpErrorCode, JsonRpcError, UnsupportedProtocolVersionErrorData
@@ -40,7 +42,30 @@ __all__ = [
     "RequestError",
     "RequestTimeout",
     "VersionMismatch",
+    "redact_url",
 ]
+
+_REDACTED: Final = "REDACTED"
+
+# a query parameter named token (any case: redacting too much is harmless).  The URL may
+# sit in prose: punctuation ending the value is the sentence's ("...?token=abc: refused"),
+# a value without a letter or digit is no token ("with its ?token=, or"), and an empty
+# one still shows the token is missing
+_TOKEN_PARAM: Final = re.compile(
+    r"""([?&]token=)(?=[^&#\s]*[A-Za-z0-9%])[^&#\s]*[^&#\s.,:;!?'")\]>]""", re.IGNORECASE)
+# the password of a URL's user information (``ws://user:password@host``)
+_USERINFO_PASSWORD: Final = re.compile(r"(://[^/?#@\s:]*):[^/?#@\s]+@")
+
+
+def redact_url(text: str) -> str:
+    """``text`` with the secrets a URL can carry replaced by ``REDACTED``.
+
+    The value of every ``token`` query parameter (``ws://127.0.0.1:8765/?token=REDACTED``)
+    and the password of a ``user:password@`` part.  It works on any text, so a
+    command line or an error message holding such a URL can be shown too.
+    """
+    text = _TOKEN_PARAM.sub(rf"\g<1>{_REDACTED}", text)
+    return _USERINFO_PASSWORD.sub(rf"\g<1>:{_REDACTED}@", text)
 
 
 class ClientError(Exception):
@@ -56,13 +81,23 @@ class ClientError(Exception):
 
 class ConnectError(ClientError):
     """The transport could not be opened: connection refused, bad URL, a failed
-    WebSocket handshake, a command that cannot be started, or ``open_timeout``."""
+    WebSocket handshake (the host refused it with an HTTP status: a wrong access
+    token ...), a command that cannot be started, or ``open_timeout``.
 
-    def __init__(self, target: str, reason: str) -> None:
+    The target and the reason are shown through :func:`redact_url`: an access
+    token in the URL never reaches a message, a log line or a traceback.
+    """
+
+    def __init__(self, target: str, reason: str, *, status: int | None = None) -> None:
+        # redacted here, not by the callers: no path can leak the token past this
+        target = redact_url(target)
+        reason = redact_url(reason)
         super().__init__(f"cannot connect to {target}: {reason}")
         self.target = target
-        """The URL or command line."""
+        """The URL (its secrets redacted) or command line."""
         self.reason = reason
+        self.status = status
+        """The HTTP status the host refused the WebSocket handshake with (401 ...), or ``None``."""
 
 
 class ConnectionClosedError(ClientError):

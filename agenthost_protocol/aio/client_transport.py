@@ -8,7 +8,8 @@ transport (an in-process queue for a test, TCP with a framing layer) plugs in
 by implementing these three methods.
 
 * :func:`open_websocket`: one text frame per message (the ``ws`` extra:
-  ``websockets`` is imported on first use);
+  ``websockets`` is imported on first use), an access token going with the
+  upgrade request as ``Authorization: Bearer``;
 * :func:`open_subprocess`: JSON Lines on the stdin/stdout of a process it
   spawns, e.g. ``agenthost-protocol serve --stdio``; closing the transport
   ends the process (end of input, then SIGTERM, then SIGKILL) and reaps it.
@@ -20,11 +21,13 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import subprocess
+import urllib.parse
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import IO, TYPE_CHECKING, Final, Protocol, TypeAlias
 
-from .client_errors import ConnectError
+from .client_errors import ConnectError, redact_url
 
 if TYPE_CHECKING:
     from websockets.asyncio.client import ClientConnection as _WsConnection
@@ -33,6 +36,7 @@ from ._limits import DEFAULT_MAX_MESSAGE_SIZE
 
 __all__ = [
     "DEFAULT_MAX_MESSAGE_SIZE",
+    "TOKEN_ENV",
     "MessageTransport",
     "SubprocessTransport",
     "TransportClosed",
@@ -40,6 +44,7 @@ __all__ = [
     "WebSocketTransport",
     "open_subprocess",
     "open_websocket",
+    "url_token",
 ]
 
 log = logging.getLogger(__name__)
@@ -49,6 +54,11 @@ _WS_EXTRA_HINT: Final = (
     "the WebSocket transport needs the websockets package (13 or later): "
     "pip install 'agenthost-protocol[ws]'"
 )
+
+
+TOKEN_ENV: Final = "AHP_TOKEN"
+"""The environment variable that holds the host's access token (see :func:`connect
+<agenthost_protocol.aio.client.connect>`)."""
 
 
 class TransportClosed(Exception):
@@ -123,6 +133,98 @@ class WebSocketTransport:
         self._ws.transport.abort()
 
 
+# -- access tokens --------------------------------------------------------------------
+
+
+def url_token(url: str) -> str | None:
+    """The value of the ``token`` query parameter of ``url``; ``None`` if none (or empty)."""
+    try:
+        query = urllib.parse.urlsplit(url).query
+    except ValueError:
+        return None  # not a URL: open_websocket says so, better than here
+    for key, value in urllib.parse.parse_qsl(query, keep_blank_values=True):
+        if key == "token" and value:
+            return value
+    return None
+
+
+def _without_url_token(url: str) -> str:
+    if url_token(url) is None:
+        return url
+    parts = urllib.parse.urlsplit(url)
+    query = [(key, value)
+             for key, value in urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+             if key != "token"]
+    return urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(query)))
+
+
+def _check_token(token: str, source: str) -> str:
+    """``token``, if an HTTP header can carry it.  The error names ``source``, never the token."""
+    if not token:
+        raise ValueError(f"{source} is empty")
+    # visible ASCII only: a space or a control character (CR LF) would break the header
+    if not all("!" <= char <= "~" for char in token):
+        raise ValueError(f"{source} is not a valid access token (visible ASCII characters only)")
+    return token
+
+
+def _has_authorization(headers: Mapping[str, str] | None) -> bool:
+    return headers is not None and any(key.lower() == "authorization" for key in headers)
+
+
+def _authorized(url: str, token: str | None, headers: Mapping[str, str] | None,
+                source: str = "the token") -> tuple[str, dict[str, str] | None]:
+    """The URL and the headers of an upgrade request that carries ``token``."""
+    merged = dict(headers) if headers else {}
+    if token is None:
+        return url, merged or None
+    _check_token(token, source)
+    if _has_authorization(headers):
+        raise ValueError("give the access token either as token= or in an Authorization "
+                         "header, not both")
+    merged["Authorization"] = f"Bearer {token}"
+    # one token reaches the host: a stale one in the URL must not be checked instead
+    return _without_url_token(url), merged
+
+
+_AUTHORIZATION_VALUE: Final = re.compile(
+    r"(\bauthorization:\s*(?:[a-z][a-z0-9._~+/-]*\s+)?)\S+", re.IGNORECASE)
+
+
+class _RedactSecrets(logging.Filter):
+    """Keeps access tokens out of the websockets debug log, which shows the request
+    line (``GET /?token=...``) and every header of the handshake."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except (TypeError, ValueError):
+            return True  # a filter that raises would break the connection: the handler reports it
+        redacted = _AUTHORIZATION_VALUE.sub(r"\g<1>REDACTED", redact_url(message))
+        if redacted != message:
+            record.msg, record.args = redacted, ()
+        return True
+
+
+# a child of websockets' own logger, so its level and handlers apply unchanged
+_WS_LOGGER: Final = logging.getLogger("websockets.client.agenthost_protocol")
+_WS_LOGGER.addFilter(_RedactSecrets())
+
+_REFUSALS: Final = {
+    401: "the host refused the token (HTTP 401): pass the URL serve printed, with its "
+         f"?token=, or set {TOKEN_ENV}",
+    403: "the host refused this connection (HTTP 403): its Origin or Host is not allowed",
+    503: "the host is at its connection limit (HTTP 503)",
+}
+
+
+def _refusal(status: int, phrase: str) -> str:
+    if status in _REFUSALS:
+        return _REFUSALS[status]
+    detail = f"{status} {phrase}".rstrip()
+    return f"the host refused the WebSocket handshake (HTTP {detail})"
+
+
 def _describe_close(error: Exception) -> str:
     rcvd = getattr(error, "rcvd", None)
     sent = getattr(error, "sent", None)
@@ -137,6 +239,7 @@ def _describe_close(error: Exception) -> str:
 async def open_websocket(
     url: str,
     *,
+    token: str | None = None,
     headers: Mapping[str, str] | None = None,
     max_message_size: int | None = DEFAULT_MAX_MESSAGE_SIZE,
     open_timeout: float | None = 10.0,
@@ -147,27 +250,47 @@ async def open_websocket(
     """Open a WebSocket to ``url`` (``ws://`` or ``wss://``).
 
     ``headers`` go with the HTTP upgrade request (where the transport spec puts
-    endpoint authentication).  ``ping_interval`` / ``ping_timeout`` are
-    WebSocket ping frames that notice a vanished host (``None``: off).
-    Raises :class:`ConnectError` when the connection cannot be made, and
+    endpoint authentication).  ``token``, the host's access token, goes there
+    as ``Authorization: Bearer <token>`` (a ``token`` query parameter of
+    ``url`` is then left out); it raises ``ValueError`` if ``headers`` has an
+    ``Authorization`` already.  ``token=None`` adds nothing: a token in the
+    URL's query is sent as it is.  (:func:`~agenthost_protocol.aio.client.connect`
+    also looks at ``AHP_TOKEN``; this function does not.)  ``ping_interval`` /
+    ``ping_timeout`` are WebSocket ping frames that notice a vanished host
+    (``None``: off).
+
+    Raises :class:`ConnectError` when the connection cannot be made; a
+    handshake the host refuses with an HTTP status sets its ``status`` (401:
+    the token; 403: the Origin or Host; 503: the connection limit).  Raises
     ``ImportError`` (naming the ``ws`` extra) without ``websockets``.
+    Messages and log lines show the URL through :func:`redact_url`.
     """
+    url, request_headers = _authorized(url, token, headers)
     try:
         # imported on first use: websockets is an optional dependency (the ws extra)
         from websockets.asyncio.client import connect  # noqa: PLC0415
-        from websockets.exceptions import InvalidURI, WebSocketException  # noqa: PLC0415
+        from websockets.exceptions import (  # noqa: PLC0415
+            InvalidStatus,
+            InvalidURI,
+            WebSocketException,
+        )
     except ImportError as e:  # pragma: no cover - websockets is installed for the tests
         raise ImportError(_WS_EXTRA_HINT) from e
     try:
         websocket = await connect(
             url,
-            additional_headers=dict(headers) if headers else None,
+            additional_headers=request_headers,
             max_size=max_message_size,
             open_timeout=open_timeout,
             close_timeout=close_timeout,
             ping_interval=ping_interval,
             ping_timeout=ping_timeout,
+            logger=_WS_LOGGER,
         )
+    except InvalidStatus as e:
+        response = e.response
+        raise ConnectError(url, _refusal(response.status_code, response.reason_phrase),
+                           status=response.status_code) from None
     except InvalidURI as e:
         raise ConnectError(url, f"not a WebSocket URL ({e.msg})") from None
     except (asyncio.TimeoutError, TimeoutError):

@@ -35,6 +35,7 @@ from .. import types as t
 from .._version import __version__
 from ..agents.demo import DemoAgent, demo_root_state
 from ..host import Host
+from .access import AccessPolicy, is_loopback, new_token, url_with_token
 from .demo import DemoPacer
 from .server import HostServer, ServerLimits
 from .stdio import serve_stdio
@@ -92,6 +93,34 @@ class ServeOptions:
     """``COMMAND ARGS...`` of the agent process: none for the demo, required otherwise."""
     agent_env: Mapping[str, str] | None = field(default=None, hash=False)
     """The agent processes' environment (``None``: ours, whole)."""
+    token: str | None = field(default=None, repr=False)
+    """The WebSocket access token (``None``: a random one is made at start,
+    unless ``no_token``)."""
+    no_token: bool = False
+    """Serve WebSocket without a token: only on a loopback address."""
+    allowed_origins: tuple[str, ...] = field(default=(), converter=tuple)
+    """Browser ``Origin`` values allowed to connect (none by default)."""
+    allowed_hosts: tuple[str, ...] = field(default=(), converter=tuple)
+    """``Host`` names accepted beyond ``localhost`` and literal IP addresses."""
+    certfile: str | None = None
+    """A PEM certificate (chain): serve ``wss://``.  ``keyfile`` is its key
+    (``None``: in ``certfile``)."""
+    keyfile: str | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if self.no_token and self.token is not None:
+            raise ValueError("a token and no_token together")
+        if self.no_token and not self.stdio and not is_loopback(self.host):
+            raise ValueError(f"--no-token serves {self.host} without a token: anyone who "
+                             "can reach it could run code here; only a loopback address "
+                             "may be served without one")
+        if self.keyfile is not None and self.certfile is None:
+            raise ValueError("a keyfile without a certfile")
+
+    def access_policy(self, token: str | None) -> AccessPolicy:
+        """The handshake checks for ``token`` and these options."""
+        return AccessPolicy(token=token, allowed_origins=self.allowed_origins,
+                            allowed_hosts=self.allowed_hosts)
 
 
 class AgentStartError(Exception):
@@ -297,7 +326,8 @@ async def serve_host(
     """Serve ``options.agent`` until SIGINT/SIGTERM or ``stop`` (with ``stdio``: or the end).
 
     The agent is started first (a runner spawns its process); ``ready`` is
-    called with ``ws://HOST:PORT`` once the WebSocket server listens.  At
+    called with the URL to give clients (``ws://HOST:PORT/?token=...``) once
+    the WebSocket server listens.  At
     the end the agent is closed (its processes stopped), then every
     connection.  Raises :class:`AgentStartError` when the agent cannot
     start (nothing was served), ``ValueError`` for a command the agent kind
@@ -356,13 +386,29 @@ async def _serve_websocket(
     # websockets is optional: stdio mode must work without it
     from .websocket import serve_websocket  # noqa: PLC0415
 
+    token = options.token
+    if token is None and not options.no_token:
+        token = new_token()
+    context = None
+    if options.certfile is not None:
+        import ssl  # noqa: PLC0415
+
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(options.certfile, options.keyfile)
+    if token is None:
+        log.warning("serving without an access token (--no-token): any program on this "
+                    "machine can drive the agent")
+    if not is_loopback(options.host) and context is None:
+        log.warning("serving %s without TLS: the token and everything else cross the "
+                    "network in clear text (see --certfile)", options.host)
     endpoint = await serve_websocket(
         server, options.host, options.port, ping_interval=options.ping_interval,
-        ping_timeout=options.ping_interval,
+        ping_timeout=options.ping_interval, access=options.access_policy(token),
+        ssl=context,
     )
     try:
         if ready is not None:
-            ready(endpoint.url)
+            ready(url_with_token(endpoint.url, token))
         await stop.wait()
     finally:
         try:
@@ -397,8 +443,9 @@ async def _serve_stdio(
 def run(options: ServeOptions, out: IO[str] | None = None, err: IO[str] | None = None) -> int:
     """The body of ``agenthost-protocol serve``: the exit status.
 
-    Prints ``serving ws://HOST:PORT`` as the first line on ``out`` (not in
-    stdio mode, where stdout is the protocol's).  0 after a clean shutdown,
+    Prints ``serving ws://HOST:PORT/?token=...`` (the URL to give clients) as
+    the first line on ``out`` (not in stdio mode, where stdout is the
+    protocol's).  0 after a clean shutdown,
     1 when the agent cannot start, websockets (or the ACP extra) is missing,
     or the address cannot be bound.
     """

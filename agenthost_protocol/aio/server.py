@@ -14,6 +14,15 @@ can queue data for any number of connections.  A connection whose queue
 overflows is dropped: a client that stops reading cannot make the server's
 memory grow.
 
+Server-wide budgets bound what all connections together may cost: a cap on
+connections, and one on the bytes waiting to be sent or being sent to all
+of them.  When the bytes budget is full, connections whose writes have
+been stuck longest (clients that stopped reading) are dropped first; a
+connection that reads is never dropped for it.  A connection must
+complete its handshake within a deadline, and a ``clientId`` claimed by a
+second connection is settled by pinging its holder
+(:class:`~agenthost_protocol.host.ClientIdClaimed`).
+
 All of it runs on one event loop; the host is never touched from another
 thread.
 """
@@ -26,12 +35,21 @@ import logging
 from collections import deque
 from collections.abc import Callable
 from enum import Enum
-from typing import Protocol, TypeAlias
+from typing import Protocol, TypeAlias, runtime_checkable
 
 from attrs import frozen
 
 from ..errors import LocalProtocolError
-from ..host import ConnectionClosed, Event, Host, HostConnection, RequestReceived
+from ..host import (
+    ClientIdClaimed,
+    ConnectionClosed,
+    ConnectionState,
+    Event,
+    Host,
+    HostConnection,
+    HostLimits,
+    RequestReceived,
+)
 from ..types.error_codes import JsonRpcErrorCode
 from ._limits import DEFAULT_MAX_MESSAGE_SIZE
 
@@ -43,6 +61,7 @@ __all__ = [
     "HostServer",
     "MessageRefused",
     "MessageStream",
+    "ProbeableStream",
     "ServerLimits",
 ]
 
@@ -56,7 +75,10 @@ EventHandler: TypeAlias = Callable[[Event], None]
 
 @frozen(kw_only=True)
 class ServerLimits:
-    """The per-connection limits of a :class:`HostServer`."""
+    """The limits of a :class:`HostServer`: per connection and for the whole server.
+
+    Every field is also an ``agenthost-protocol serve`` flag (``docs/serve.md``).
+    """
 
     max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
     """The largest message accepted from a client, in bytes (UTF-8); a larger one
@@ -67,12 +89,39 @@ class ServerLimits:
     """Bytes waiting in one connection's send queue before it is dropped."""
     close_timeout: float = 5.0
     """Seconds to wait for a transport to close cleanly before aborting it."""
+    max_connections: int = 256
+    """Connections served at once; one more is refused (HTTP 503 on WebSocket)."""
+    max_total_queue_bytes: int = 256 * 1024 * 1024
+    """Bytes waiting for or being sent to all connections together.  When it is
+    full, the connections whose sends have been stuck for ``stall_timeout``
+    are dropped, longest stuck first; sends beyond it wait their turn."""
+    stall_timeout: float = 2.0
+    """Seconds one send may stay stuck before its connection counts as not
+    reading (and may be dropped when the server's bytes budget is full)."""
+    initialize_timeout: float = 10.0
+    """Seconds a new connection has to complete ``initialize`` or ``reconnect``."""
+    claim_probe_timeout: float = 3.0
+    """Seconds the holder of a claimed ``clientId`` has to answer a ping."""
+    max_subscriptions: int = 1024
+    """Distinct channels one connection may subscribe to (the host core's)."""
+    max_reconnects_per_minute: int = 30
+    """``reconnect`` requests one connection may send per minute (the host core's)."""
 
     def __attrs_post_init__(self) -> None:
-        if self.max_message_size < 1 or self.max_queue_messages < 1 or self.max_queue_bytes < 1:
+        if min(self.max_message_size, self.max_queue_messages, self.max_queue_bytes,
+               self.max_connections, self.max_total_queue_bytes, self.max_subscriptions,
+               self.max_reconnects_per_minute) < 1:
             raise LocalProtocolError("the limits must be positive")
-        if self.close_timeout < 0:
-            raise LocalProtocolError("close_timeout must not be negative")
+        if min(self.close_timeout, self.stall_timeout) < 0:
+            raise LocalProtocolError("close_timeout and stall_timeout must not be negative")
+        if min(self.initialize_timeout, self.claim_probe_timeout) <= 0:
+            raise LocalProtocolError("initialize_timeout and claim_probe_timeout must be "
+                                     "positive")
+
+    def host_limits(self) -> HostLimits:
+        """The budgets the host core enforces itself."""
+        return HostLimits(max_subscriptions=self.max_subscriptions,
+                          max_reconnects_per_minute=self.max_reconnects_per_minute)
 
 
 class CloseReason(str, Enum):
@@ -86,6 +135,8 @@ class CloseReason(str, Enum):
     """The client does not read: its send queue overflowed."""
     REFUSED = "refused"
     """The transport refused what the client sent (a binary frame, an oversize line)."""
+    POLICY = "policy"
+    """The client broke a budget: no handshake in time, or too many connections."""
 
 
 class EndOfStream(Exception):
@@ -136,6 +187,48 @@ class MessageStream(Protocol):
         ...
 
 
+@runtime_checkable
+class ProbeableStream(Protocol):
+    """A :class:`MessageStream` that can tell whether its peer is still there.
+
+    Used when another connection claims this one's ``clientId``; a stream
+    without ``probe`` is taken as alive while it is open (the claim is refused).
+    """
+
+    async def probe(self, timeout: float) -> bool:
+        """Whether the peer answers a liveness check (a WebSocket ping) within ``timeout``."""
+        ...
+
+
+class _SendBudget:
+    """The bytes being sent to all connections at once (each send copies its message).
+
+    A send waits until its message fits (one alone always fits); a waiter
+    that waited ``stall_timeout`` asks the server to drop the connections
+    whose sends are stuck, which frees their share.
+    """
+
+    def __init__(self, server: HostServer) -> None:
+        self.server = server
+        self.used = 0
+        self.changed = asyncio.Event()
+
+    async def acquire(self, size: int) -> None:
+        limit = self.server.limits.max_total_queue_bytes
+        while self.used and self.used + size > limit:
+            self.changed.clear()
+            try:
+                await asyncio.wait_for(self.changed.wait(),
+                                       max(self.server.limits.stall_timeout, 0.05))
+            except asyncio.TimeoutError:
+                self.server._shed(self.used + size - limit)
+        self.used += size
+
+    def release(self, size: int) -> None:
+        self.used -= size
+        self.changed.set()
+
+
 class _Peer:
     """One connection: its host end, its transport and its bounded send queue."""
 
@@ -145,6 +238,9 @@ class _Peer:
         self.stream = stream
         self.queue: deque[bytes] = deque()
         self.queued_bytes = 0
+        """Bytes in the queue and in the send under way (what the budgets count)."""
+        self.sending_since: float | None = None
+        """When the send under way started (loop time); ``None``: none is."""
         self.wake = asyncio.Event()
         self.finished = asyncio.Event()
         self.draining = False
@@ -160,21 +256,36 @@ class _Peer:
         if not data:
             return
         limits = self.server.limits
+        added = 0
         for message in data:
             self.queue.append(message)
-            self.queued_bytes += len(message)
+            added += len(message)
+        self.queued_bytes += added
+        self.server._queued_bytes += added
         if len(self.queue) > limits.max_queue_messages or (
             self.queued_bytes > limits.max_queue_bytes
         ):
             log.warning("connection #%d: send queue full (%d messages, %d bytes): the client "
                         "is not reading; closing it", self.conn.number, len(self.queue),
                         self.queued_bytes)
-            self.queue.clear()
-            self.queued_bytes = 0
-            self.conn.connection_lost()
-            self.finish(CloseReason.OVERFLOW, "send queue full: the client is not reading")
+            self.drop(CloseReason.OVERFLOW, "send queue full: the client is not reading")
             return
         self.wake.set()
+        if self.server._queued_bytes > limits.max_total_queue_bytes:
+            self.server._shed(self.server._queued_bytes - limits.max_total_queue_bytes)
+
+    def stalled_for(self, now: float) -> float:
+        """How long the send under way has been stuck (0: none is)."""
+        return 0.0 if self.sending_since is None else now - self.sending_since
+
+    def drop(self, reason: CloseReason | None, message: str) -> None:
+        """Give up on the client: forget its queue, close its host end, end the transport."""
+        self.server._queued_bytes -= self.queued_bytes
+        self.queue.clear()
+        self.queued_bytes = 0
+        if not self.conn.closed:
+            self.conn.connection_lost()
+        self.finish(reason, message)
 
     def host_closed(self, reason: str) -> None:
         """The host closed the connection: send what is queued, then close the transport."""
@@ -197,12 +308,27 @@ class _Peer:
         self.wake.set()
 
     async def write_loop(self) -> None:
+        budget = self.server._send_budget
+        loop = asyncio.get_running_loop()
         try:
             while not self.finished.is_set():
                 while self.queue and not self.finished.is_set():
-                    message = self.queue.popleft()
-                    self.queued_bytes -= len(message)
-                    await self.stream.send(message)
+                    size = len(self.queue[0])
+                    await budget.acquire(size)
+                    try:
+                        if not self.queue or self.finished.is_set():
+                            continue
+                        message = self.queue.popleft()
+                        self.sending_since = loop.time()
+                        await self.stream.send(message)
+                    finally:
+                        self.sending_since = None
+                        budget.release(size)
+                    # counted until sent: the transport holds its own copy meanwhile
+                    # (a drop meanwhile already uncounted the whole queue)
+                    if not self.finished.is_set():
+                        self.queued_bytes -= size
+                        self.server._queued_bytes -= size
                 if self.draining:
                     self.finish(self.close_reason, self.close_message)
                     return
@@ -252,7 +378,12 @@ class HostServer:
         self._host = host
         self.handler = handler
         self.limits = limits if limits is not None else ServerLimits()
+        host.limits = self.limits.host_limits()
         self._peers: dict[HostConnection, _Peer] = {}
+        self._queued_bytes = 0
+        self._send_budget = _SendBudget(self)
+        self._probes: set[asyncio.Task[None]] = set()
+        self._recheck: asyncio.TimerHandle | None = None
         self._closing = False
         self._idle = asyncio.Event()
         self._idle.set()
@@ -271,6 +402,48 @@ class HostServer:
     def connection_count(self) -> int:
         """The transport connections being served."""
         return len(self._peers)
+
+    @property
+    def at_capacity(self) -> bool:
+        """Whether one more connection would exceed ``limits.max_connections``."""
+        return len(self._peers) >= self.limits.max_connections
+
+    @property
+    def queued_bytes(self) -> int:
+        """Bytes waiting for or being sent to all connections (what the budget counts)."""
+        return self._queued_bytes
+
+    def _shed(self, excess: int) -> None:
+        """Drop the connections whose sends are stuck, longest first, until ``excess``
+        bytes are freed; a connection that reads is never dropped for the budget."""
+        now = asyncio.get_running_loop().time()
+        stuck = sorted(
+            (peer for peer in self._peers.values()
+             if not peer.finished.is_set()
+             and peer.stalled_for(now) >= self.limits.stall_timeout),
+            key=lambda peer: peer.stalled_for(now), reverse=True,
+        )
+        for peer in stuck:
+            if excess <= 0:
+                return
+            excess -= peer.queued_bytes
+            log.warning("connection #%d: dropped, the server's send budget (%d bytes) is "
+                        "full and its client has not read for %.1f s", peer.conn.number,
+                        self.limits.max_total_queue_bytes, peer.stalled_for(now))
+            peer.drop(None, "dropped: the server's send budget is full and the client "
+                      "is not reading")
+            # a stuck transport would hold its buffer until the close timed out
+            peer.stream.abort()
+        if excess > 0 and self._recheck is None:
+            # over budget, with sends not stuck long enough yet: look again when they are
+            self._recheck = asyncio.get_running_loop().call_later(
+                max(self.limits.stall_timeout, 0.05), self._check_budget)
+
+    def _check_budget(self) -> None:
+        self._recheck = None
+        excess = self._queued_bytes - self.limits.max_total_queue_bytes
+        if excess > 0:
+            self._shed(excess)
 
     def flush(self) -> None:
         """Handle the host's pending events, then queue what every connection must send.
@@ -302,6 +475,10 @@ class HostServer:
             peer = self._peers.get(event.connection)
             if peer is not None:
                 peer.host_closed(event.reason)
+        elif isinstance(event, ClientIdClaimed):
+            task = asyncio.get_running_loop().create_task(self._settle_claim(event))
+            self._probes.add(task)
+            task.add_done_callback(self._probes.discard)
         handler = self.handler
         if handler is None:
             if isinstance(event, RequestReceived):
@@ -317,6 +494,31 @@ class HostServer:
                     event.responder.error(JsonRpcErrorCode.INTERNAL_ERROR,
                                           "internal error in the host's agent")
 
+    async def _settle_claim(self, event: ClientIdClaimed) -> None:
+        holder = self._peers.get(event.holder)
+        alive = holder is not None and not holder.finished.is_set()
+        if holder is not None and alive and isinstance(holder.stream, ProbeableStream):
+            try:
+                alive = await holder.stream.probe(self.limits.claim_probe_timeout)
+            except Exception:  # a probe that fails says the same as no answer
+                log.debug("connection #%d: the probe failed", holder.conn.number,
+                          exc_info=True)
+                alive = False
+        log.info("connection #%d claims clientId %r held by #%d: %s",
+                 event.connection.number, event.client_id, event.holder.number,
+                 "refused, the holder answered" if alive else "granted, the holder is gone")
+        self._host.settle_claim(event.connection, holder_alive=alive)
+        if not alive and holder is not None:
+            holder.drop(None, "replaced: its clientId was claimed and it did not answer a ping")
+            holder.stream.abort()
+        self.flush()
+
+    def _handshake_deadline(self, peer: _Peer) -> None:
+        if peer.conn.state is ConnectionState.AWAITING_INITIALIZE and not peer.finished.is_set():
+            message = (f"no initialize within {self.limits.initialize_timeout:g} s")
+            log.info("connection #%d: %s; closing it", peer.conn.number, message)
+            peer.drop(CloseReason.POLICY, message)
+
     async def serve_connection(self, stream: MessageStream) -> None:
         """Serve one transport connection until it ends; returns when the transport is closed.
 
@@ -326,6 +528,12 @@ class HostServer:
         if self._closing:
             await self._close_stream(stream, CloseReason.SHUTDOWN, "the host is shutting down")
             return
+        if self.at_capacity:
+            log.warning("refused a connection: %d connections served, the limit",
+                        len(self._peers))
+            await self._close_stream(stream, CloseReason.POLICY,
+                                     "too many connections: try again later")
+            return
         conn = self._host.connect()
         peer = _Peer(self, conn, stream)
         self._peers[conn] = peer
@@ -333,9 +541,13 @@ class HostServer:
         log.info("connection #%d: open", conn.number)
         reader = asyncio.create_task(peer.read_loop())
         writer = asyncio.create_task(peer.write_loop())
+        deadline = asyncio.get_running_loop().call_later(
+            self.limits.initialize_timeout, self._handshake_deadline, peer
+        )
         try:
             await peer.finished.wait()
         finally:
+            deadline.cancel()
             for task in (reader, writer):
                 task.cancel()
             await asyncio.gather(reader, writer, return_exceptions=True)
@@ -348,6 +560,8 @@ class HostServer:
                     await self._close_stream(stream, reason, peer.close_message)
             finally:
                 del self._peers[conn]
+                self._queued_bytes -= peer.queued_bytes
+                peer.queued_bytes = 0
                 if not self._peers:
                     self._idle.set()
             log.info("connection #%d: closed (%s)", conn.number,
@@ -369,6 +583,11 @@ class HostServer:
         (default: twice the close timeout) the remaining transports are aborted.
         """
         self._closing = True
+        if self._recheck is not None:
+            self._recheck.cancel()
+            self._recheck = None
+        for probe in tuple(self._probes):
+            probe.cancel()
         for peer in tuple(self._peers.values()):
             if not peer.conn.closed:
                 peer.conn.close(reason)

@@ -8,20 +8,30 @@ over the size limit is refused by websockets itself with 1009 (message too
 big); a client that stops reading is closed with 1008 once its send queue
 overflows; shutdown closes with 1001 (going away) after the queued messages.
 
+Before any of that, the HTTP upgrade request is checked against an
+:class:`~agenthost_protocol.aio.access.AccessPolicy` (Host, Origin, access
+token): a refused handshake gets 403 or 401 and never reaches the host; 503
+when the server serves ``max_connections`` already.
+
 Built on the asyncio API of ``websockets`` (13 or later); this module is
 the only one that imports it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import ssl as _ssl
+from http import HTTPStatus
 from typing import Final
 
+from .access import AccessPolicy
 from .server import CloseReason, EndOfStream, HostServer, MessageRefused
 
 try:
     from websockets.asyncio.server import Server, ServerConnection, serve
     from websockets.exceptions import ConnectionClosed
+    from websockets.http11 import Request, Response
 except ImportError as e:  # pragma: no cover - exercised in a subprocess
     raise ImportError(
         "agenthost_protocol.aio.websocket needs the websockets package (13 or later): "
@@ -37,6 +47,7 @@ _CLOSE_CODES: Final = {
     CloseReason.SHUTDOWN: 1001,
     CloseReason.OVERFLOW: 1008,
     CloseReason.REFUSED: 1003,
+    CloseReason.POLICY: 1008,
 }
 _MESSAGE_TOO_BIG: Final = 1009
 _MAX_REASON_BYTES: Final = 123  # RFC 6455: a close frame's payload is at most 125 bytes
@@ -94,6 +105,19 @@ class WebSocketStream:
     def abort(self) -> None:
         self._ws.transport.abort()
 
+    async def probe(self, timeout: float) -> bool:
+        """A WebSocket ping; ``True`` if the pong comes within ``timeout`` seconds."""
+        async def ping() -> None:
+            # sending may itself wait, on a peer that does not read
+            pong = await self._ws.ping()
+            await pong
+
+        try:
+            await asyncio.wait_for(ping(), timeout)
+        except (asyncio.TimeoutError, ConnectionClosed):
+            return False
+        return True
+
 
 class WebSocketServer:
     """A listening WebSocket endpoint of a :class:`~agenthost_protocol.aio.HostServer`.
@@ -101,10 +125,20 @@ class WebSocketServer:
     Made by :func:`serve_websocket`; ``async with`` closes it.
     """
 
-    def __init__(self, server: HostServer, endpoint: Server, host: str | None) -> None:
+    def __init__(
+        self,
+        server: HostServer,
+        endpoint: Server,
+        host: str | None,
+        *,
+        secure: bool = False,
+        access: AccessPolicy | None = None,
+    ) -> None:
         self._server = server
         self._endpoint = endpoint
         self._host = host
+        self._secure = secure
+        self._access = access if access is not None else AccessPolicy()
         # read now: a closed server has no sockets left to ask
         self._port: int = next(iter(endpoint.sockets)).getsockname()[1]
 
@@ -124,11 +158,16 @@ class WebSocketServer:
 
     @property
     def url(self) -> str:
-        """``ws://HOST:PORT`` (an IPv6 host in brackets)."""
+        """``ws://HOST:PORT`` or ``wss://HOST:PORT`` (an IPv6 host in brackets), no token."""
         host = self._host or "0.0.0.0"
         if ":" in host:
             host = f"[{host}]"
-        return f"ws://{host}:{self.port}"
+        return f"{'wss' if self._secure else 'ws'}://{host}:{self.port}"
+
+    @property
+    def access(self) -> AccessPolicy:
+        """What a handshake must show."""
+        return self._access
 
     async def close(self, reason: str = "the host is shutting down") -> None:
         """Stop listening, close every connection after its queued messages, wait for them."""
@@ -150,22 +189,51 @@ async def serve_websocket(
     *,
     ping_interval: float | None = 20.0,
     ping_timeout: float | None = 20.0,
+    access: AccessPolicy | None = None,
+    ssl: _ssl.SSLContext | None = None,
 ) -> WebSocketServer:
     """Listen on ``host``:``port`` and serve ``server`` to every WebSocket client.
 
+    ``access`` says what a handshake must show (Host, Origin, token; the
+    default :class:`AccessPolicy` asks for no token, but still refuses
+    browser origins and foreign Host names).  ``ssl`` serves ``wss://``.
     ``server.limits.max_message_size`` bounds incoming messages.  AHP's
     keepalive is the client's ``ping`` request, answered at any time;
     ``ping_interval`` / ``ping_timeout`` add WebSocket ping frames, which the
     transport spec allows, to notice peers that vanished (``None`` disables).
     """
+    policy = access if access is not None else AccessPolicy()
 
     async def handler(websocket: ServerConnection) -> None:
         await server.serve_connection(WebSocketStream(websocket))
+
+    def check(connection: ServerConnection, request: Request) -> Response | None:
+        def header(name: str) -> str | None:
+            values = request.headers.get_all(name)
+            # a repeated Host, Origin or Authorization is not one to trust
+            return None if not values else values[0] if len(values) == 1 else "\x00repeated"
+
+        refusal = policy.check(request.path, header)
+        if refusal is None and server.at_capacity:
+            status, reason = HTTPStatus.SERVICE_UNAVAILABLE, "too many connections"
+        elif refusal is None:
+            return None
+        else:
+            status, reason = HTTPStatus(refusal.status), refusal.reason
+        # the path may carry a token: never logged
+        log.warning("refused a WebSocket handshake from %s: %d %s",
+                    connection.remote_address, status, reason)
+        response = connection.respond(status, reason + "\n")
+        if status == HTTPStatus.UNAUTHORIZED:
+            response.headers["WWW-Authenticate"] = 'Bearer realm="agenthost-protocol"'
+        return response
 
     endpoint = await serve(
         handler,
         host,
         port,
+        process_request=check,
+        ssl=ssl,
         max_size=server.limits.max_message_size,
         # frames are taken off the queue at once; a short one bounds the memory
         # a client can fill with large messages
@@ -174,6 +242,6 @@ async def serve_websocket(
         ping_timeout=ping_timeout,
         close_timeout=server.limits.close_timeout,
     )
-    ws_server = WebSocketServer(server, endpoint, host)
+    ws_server = WebSocketServer(server, endpoint, host, secure=ssl is not None, access=policy)
     log.info("serving %s", ws_server.url)
     return ws_server

@@ -20,6 +20,7 @@ from .core import (
 )
 from .events import (
     ClientActionApplied,
+    ClientIdClaimed,
     ClientRequestParams,
     ClientRequestResult,
     ConnectionClosed,
@@ -35,6 +36,7 @@ from .events import (
     ServerRequestResult,
     TypedRequest,
 )
+from .limits import HostLimits
 from .replay import ReplayBuffer, ReplayEntry
 from .validation import ValidationContext, validate
 
@@ -46,6 +48,7 @@ __all__ = [
     "Review",
     "ReviewVerdict",
     "ClientActionApplied",
+    "ClientIdClaimed",
     "ClientRequestParams",
     "ClientRequestResult",
     "ConnectionClosed",
@@ -55,6 +58,7 @@ __all__ = [
     "Event",
     "Host",
     "HostConnection",
+    "HostLimits",
     "Initialized",
     "ProtocolNotificationParams",
     "Reconnected",

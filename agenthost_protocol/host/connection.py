@@ -10,8 +10,11 @@ so ``receive_data`` hands the message to the host that owns it.
 from __future__ import annotations
 
 import json
+from collections import deque
 from enum import Enum
 from typing import TYPE_CHECKING, TypeVar, overload
+
+from attrs import field, frozen
 
 from .. import types as t
 from .. import wire
@@ -46,6 +49,15 @@ def _json(obj: object) -> bytes:
         raise LocalProtocolError(f"not representable in JSON: {e}") from None
 
 
+@frozen(kw_only=True)
+class Claim:
+    """A handshake naming a clientId that ``holder`` holds, parked until settled."""
+
+    request_id: t.JsonRpcId
+    params: t.InitializeParams | t.ReconnectParams
+    holder: HostConnection = field(eq=False)
+
+
 class HostConnection:
     """The host's end of one transport connection."""
 
@@ -58,6 +70,12 @@ class HostConnection:
         self.protocol_version: str | None = None
         """The negotiated version (``None`` before ``initialize`` or ``reconnect``)."""
         self._subscriptions: dict[str, None] = {}
+        self._claim: Claim | None = None
+        """The handshake waiting while another connection's hold on its clientId is probed."""
+        self._reconnects: deque[int] = deque()
+        """When the recent ``reconnect`` requests came (host clock), for the rate budget."""
+        self._dispatched = False
+        """Whether any action came on this connection (a reason to remember the client)."""
         self._outbox: list[bytes] = []
         self._pending: dict[int, str] = {}
         self._next_id = 0

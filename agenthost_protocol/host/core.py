@@ -27,6 +27,12 @@ Policies the spec leaves open (see ``docs/host.md``):
 * Active clients that unsubscribe, reconnect without the session, or stay
   away longer than ``active_client_grace_ms`` are removed when the embedder
   calls :meth:`Host.expire_clients` (the core has no timer).
+* A ``clientId`` is held by at most one open connection: a handshake that
+  names one held by another connection waits for the embedder's probe of
+  the holder (:class:`ClientIdClaimed`, :meth:`Host.settle_claim`).  A
+  client sets and removes only its own ``activeClients`` entry.
+* Per-connection budgets (:class:`HostLimits`): distinct subscriptions, and
+  ``reconnect`` requests per minute.
 """
 
 from __future__ import annotations
@@ -54,9 +60,10 @@ from ..versions import (
     negotiate_protocol_version,
 )
 from . import sessions
-from .connection import ConnectionState, HostConnection
+from .connection import Claim, ConnectionState, HostConnection
 from .events import (
     ClientActionApplied,
+    ClientIdClaimed,
     ClientRequestParams,
     ClientRequestResult,
     ConnectionClosed,
@@ -69,6 +76,7 @@ from .events import (
     ResponseReceived,
     ServerRequestResult,
 )
+from .limits import HostLimits
 from .replay import ReplayBuffer
 from .validation import ValidationContext, check_chat_source, check_family, validate
 
@@ -192,6 +200,7 @@ class Host:
         completion_trigger_characters: tuple[str, ...] | None = None,
         terminal_command_prefix: str | None = None,
         telemetry: t.TelemetryCapabilities | None = None,
+        limits: HostLimits | None = None,
     ) -> None:
         if remembered_clients < 0 or list_page_size < 1:
             raise LocalProtocolError("remembered_clients >= 0 and list_page_size >= 1 please")
@@ -229,6 +238,8 @@ class Host:
         self._terminal_command_prefix = terminal_command_prefix
         self._telemetry = telemetry
         self._sessions = sessions.SessionBook(list_page_size)
+        self.limits = limits if limits is not None else HostLimits()
+        """The per-connection budgets; may be replaced (an I/O layer applies its own)."""
 
     # -- reading the state --
 
@@ -302,6 +313,9 @@ class Host:
             return
         was_open = conn.state is ConnectionState.OPEN
         conn.state = ConnectionState.CLOSED
+        conn._claim = None
+        # what a reconnect would resume: such a client is not displaced by throwaways
+        keep = bool(conn._subscriptions) or conn._dispatched
         for uri in conn.subscriptions:
             self._subscribers.get(uri, {}).pop(conn, None)
         conn._subscriptions.clear()
@@ -311,7 +325,9 @@ class Host:
         if was_open and client_id is not None and version is not None:
             now = self._clock()
             # the reconnect window opens when the client goes away, not when it came
-            self._remember(client_id, version, now)
+            self._remember(client_id, version, now,
+                           keep=keep or self._clients.kept(client_id)
+                           or bool(self._active_in(client_id)))
             if (
                 self._grace is not None
                 and not self._connected(client_id)
@@ -319,6 +335,10 @@ class Host:
             ):
                 self._clients.due_at(client_id, None, now + self._grace)
         self._events.append(ConnectionClosed(connection=conn, reason=reason))
+        for claimant in [c for c in self._connections
+                         if c._claim is not None and c._claim.holder is conn]:
+            # the holder is gone: the claim needs no probe any more
+            self._resume_claim(claimant)
 
     def _connected(self, client_id: str, channel: str | None = None) -> bool:
         """Whether ``client_id`` has an open connection (subscribed to ``channel``, if given)."""
@@ -527,10 +547,11 @@ class Host:
             conn._send_result(request_id, None)
             return
         if conn.state is ConnectionState.AWAITING_INITIALIZE:
-            if isinstance(params, t.InitializeParams):
-                self._initialize(conn, request_id, params)
-            elif isinstance(params, t.ReconnectParams):
-                self._reconnect(conn, request_id, params)
+            if conn._claim is not None:
+                conn._send_error(request_id, JsonRpcErrorCode.INVALID_REQUEST,
+                                 "the handshake of this connection is still in progress", None)
+            elif isinstance(params, t.InitializeParams | t.ReconnectParams):
+                self._handshake(conn, request_id, params)
             else:
                 conn._send_error(request_id, JsonRpcErrorCode.INVALID_REQUEST,
                                  "initialize must be the first request", None)
@@ -579,6 +600,79 @@ class Host:
 
     # -- the core commands --
 
+    def _handshake(
+        self,
+        conn: HostConnection,
+        request_id: t.JsonRpcId,
+        params: t.InitializeParams | t.ReconnectParams,
+    ) -> None:
+        """``initialize`` or a first ``reconnect``, unless another open connection
+        holds the clientId: then the embedder probes it first."""
+        holder = next(
+            (
+                other
+                for other in self._connections
+                if other is not conn
+                and other.client_id == params.client_id
+                and other.state is ConnectionState.OPEN
+            ),
+            None,
+        )
+        if holder is not None:
+            conn._claim = Claim(request_id=request_id, params=params, holder=holder)
+            self._events.append(ClientIdClaimed(
+                connection=conn, holder=holder, client_id=params.client_id
+            ))
+        elif isinstance(params, t.InitializeParams):
+            self._initialize(conn, request_id, params)
+        else:
+            self._reconnect(conn, request_id, params)
+
+    def settle_claim(self, claimant: HostConnection, *, holder_alive: bool) -> None:
+        """Settle a :class:`ClientIdClaimed`: the embedder probed the holder.
+
+        ``holder_alive``: the claim is refused with ``AlreadyExists``
+        (``-32010``) and the holder keeps its clientId, its subscriptions
+        and its pending actions.  Otherwise the holder is closed (as if its
+        transport were lost: what was queued for it is dropped) and the
+        claimant's handshake proceeds.  Nothing happens if the claim was
+        settled meanwhile (the holder or the claimant closed).
+        """
+        claim = claimant._claim
+        if claim is None:
+            return
+        if not holder_alive:
+            # its close resumes every claim on it, this one included
+            claim.holder._outbox.clear()
+            self._close(claim.holder, "its clientId was claimed by a new connection "
+                        "and it did not answer a ping")
+            return
+        claimant._claim = None
+        claimant._send_error(
+            claim.request_id, AhpErrorCode.ALREADY_EXISTS,
+            f"clientId {claim.params.client_id!r} is held by another open connection", None,
+        )
+
+    def _resume_claim(self, claimant: HostConnection) -> None:
+        claim = claimant._claim
+        if claim is None or claimant.state is not ConnectionState.AWAITING_INITIALIZE:
+            return
+        claimant._claim = None
+        self._handshake(claimant, claim.request_id, claim.params)
+
+    def _unique_subscriptions(
+        self, conn: HostConnection, request_id: t.JsonRpcId, uris: Sequence[str]
+    ) -> list[str] | None:
+        """``uris`` without duplicates, or ``None`` (answered) when over the budget."""
+        unique = list(dict.fromkeys(uris))
+        cap = self.limits.max_subscriptions
+        if len(unique) > cap:
+            conn._send_error(request_id, JsonRpcErrorCode.INVALID_PARAMS,
+                             f"too many subscriptions: {len(unique)} channels, at most "
+                             f"{cap} per connection", None)
+            return None
+        return unique
+
     def _initialize(
         self, conn: HostConnection, request_id: t.JsonRpcId, params: t.InitializeParams
     ) -> None:
@@ -588,11 +682,14 @@ class Host:
             conn._send_error(request_id, e.code, str(e), e.error_data)
             self._close(conn, "unsupported protocol version")
             return
+        wanted = self._unique_subscriptions(conn, request_id, params.initial_subscriptions or ())
+        if wanted is None:
+            return
         self._open(conn, params.client_id, version)
         # a fresh start: whatever views the client had are gone with its state
         self._views.drop_client(params.client_id)
         snapshots = []
-        for uri in params.initial_subscriptions or ():
+        for uri in wanted:
             if uri in self._states:
                 self._subscribe_to(conn, uri)
                 snapshot = self.snapshot(uri)
@@ -620,8 +717,10 @@ class Host:
         self._remember(client_id, version, self._clock())
         self._clients.cancel(client_id, None)
 
-    def _remember(self, client_id: str, version: str, now: int) -> None:
-        for forgotten in self._clients.remember(client_id, version, now):
+    def _remember(
+        self, client_id: str, version: str, now: int, *, keep: bool | None = None
+    ) -> None:
+        for forgotten in self._clients.remember(client_id, version, now, keep=keep):
             # it can only initialize afresh now, which would drop them anyway
             self._views.drop_client(forgotten)
 
@@ -632,11 +731,25 @@ class Host:
     def _reconnect(
         self, conn: HostConnection, request_id: t.JsonRpcId, params: t.ReconnectParams
     ) -> None:
+        if conn.state is ConnectionState.OPEN and params.client_id != conn.client_id:
+            conn._send_error(request_id, JsonRpcErrorCode.INVALID_PARAMS,
+                             "clientId differs from this connection's", None)
+            return
+        now = self._clock()
+        window = conn._reconnects
+        while window and now - window[0] >= 60_000:
+            window.popleft()
+        if len(window) >= self.limits.max_reconnects_per_minute:
+            conn._send_error(request_id, JsonRpcErrorCode.INVALID_REQUEST,
+                             f"too many reconnects: at most "
+                             f"{self.limits.max_reconnects_per_minute} per minute on a "
+                             "connection", None)
+            return
+        window.append(now)
+        wanted = self._unique_subscriptions(conn, request_id, params.subscriptions)
+        if wanted is None:
+            return
         if conn.state is ConnectionState.OPEN:
-            if params.client_id != conn.client_id:
-                conn._send_error(request_id, JsonRpcErrorCode.INVALID_PARAMS,
-                                 "clientId differs from this connection's", None)
-                return
             version = conn.protocol_version
         else:
             version = self._clients.version(
@@ -650,7 +763,7 @@ class Host:
         for uri in conn.subscriptions:
             self._subscribers.get(uri, {}).pop(conn, None)
         conn._subscriptions.clear()
-        live = [uri for uri in params.subscriptions if uri in self._states]
+        live = [uri for uri in wanted if uri in self._states]
         last = params.last_seen_server_seq
         result: t.ReconnectReplayResult | t.ReconnectSnapshotResult
         replayed = self._replay.can_replay_after(last)
@@ -664,7 +777,7 @@ class Host:
                 and entry.only_to in (None, params.client_id)
                 and is_action_known_to_version(entry.envelope.action, version)
             )
-            missing = tuple(uri for uri in params.subscriptions if uri not in self._states)
+            missing = tuple(uri for uri in wanted if uri not in self._states)
             result = t.ReconnectReplayResult(actions=actions, missing=missing)
             # the client keeps its trimmed chats (and gets the pages sent meanwhile)
             self._views.drop_client(params.client_id, keep=conn._subscriptions.__contains__)
@@ -680,8 +793,7 @@ class Host:
                     snapshots.append(snapshot)
             result = t.ReconnectSnapshotResult(snapshots=tuple(snapshots))
         conn._send_result(request_id, result)
-        listed = set(params.subscriptions)
-        now = self._clock()
+        listed = set(wanted)
         for session in self._active_in(params.client_id):
             if session not in listed:
                 # back, but not in this session: it left it (the customizations guide)
@@ -697,6 +809,11 @@ class Host:
         uri = params.channel
         if uri not in self._states:
             conn._send_error(request_id, AhpErrorCode.NOT_FOUND, f"no channel {uri!r}", None)
+            return
+        cap = self.limits.max_subscriptions
+        if uri not in conn._subscriptions and len(conn._subscriptions) >= cap:
+            conn._send_error(request_id, JsonRpcErrorCode.INVALID_PARAMS,
+                             f"too many subscriptions: at most {cap} per connection", None)
             return
         self._subscribe_to(conn, uri)
         snapshot = self.snapshot(uri)
@@ -781,6 +898,7 @@ class Host:
         state = self._states.get(params.channel)
         if state is None or conn.client_id is None or conn.protocol_version is None:
             return
+        conn._dispatched = True
         self._actions += 1
         pending = ClientAction(
             number=self._actions,

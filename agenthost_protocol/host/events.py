@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ClientActionApplied",
+    "ClientIdClaimed",
     "ClientRequestParams",
     "ClientRequestResult",
     "ConnectionClosed",
@@ -245,8 +246,29 @@ class ConnectionClosed:
     reason: str
 
 
+@frozen(kw_only=True)
+class ClientIdClaimed:
+    """A new connection's ``initialize``/``reconnect`` names a ``clientId`` that
+    ``holder``, an open connection, holds.
+
+    ``clientId`` is public (every envelope's ``origin``, ``activeClients``),
+    so the claim is not granted on its own: the embedder probes ``holder``
+    (a WebSocket ping with a short deadline) and calls
+    :meth:`Host.settle_claim <agenthost_protocol.host.Host.settle_claim>`.
+    Alive, the claim is refused (``-32010``) and the holder is untouched;
+    dead, the holder is closed and the handshake goes on.  Until then the
+    request waits (a holder that closes on its own settles it too).
+    """
+
+    connection: HostConnection = field(eq=False)
+    """The claimant."""
+    holder: HostConnection = field(eq=False)
+    client_id: str
+
+
 Event: TypeAlias = (
     RequestReceived
+    | ClientIdClaimed
     | Initialized
     | Reconnected
     | ResponseReceived

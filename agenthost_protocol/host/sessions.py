@@ -222,11 +222,17 @@ class SessionBook:
 class ClientBook:
     """The clients a host remembers, and the active-client removals it owes.
 
-    *Remembered clients*: ``clientId`` to the negotiated version and the time
+    *Remembered clients*: ``clientId`` to the negotiated version, the time
     it was last touched (a handshake, or the close of one of its
-    connections), least recently touched first.  At most ``capacity`` are
-    kept; with ``max_age_ms``, an entry older than that is forgotten when it
-    is looked up or pruned.  A client forgotten must ``initialize`` again.
+    connections) and whether it left something a ``reconnect`` would resume
+    (``keep``: subscriptions, actions, an active-client entry), least
+    recently touched first.  At most ``capacity`` are kept; to make room the
+    oldest entry *without* ``keep`` goes first, so throwaway handshakes only
+    ever displace each other (or themselves), never a client with pending
+    state; entries with ``keep`` are evicted only when more than
+    ``capacity`` of them exist.  With ``max_age_ms``, an entry older than
+    that is forgotten when it is looked up or pruned.  A client forgotten
+    must ``initialize`` again.
 
     *Due removals*: ``(clientId, session)`` to the time from which the host
     should remove that client from the session's ``activeClients``
@@ -239,7 +245,7 @@ class ClientBook:
     def __init__(self, capacity: int, max_age_ms: int | None) -> None:
         self.capacity = capacity
         self.max_age_ms = max_age_ms
-        self._versions: OrderedDict[str, tuple[str, int]] = OrderedDict()
+        self._versions: OrderedDict[str, tuple[str, int, bool]] = OrderedDict()
         self._due: dict[tuple[str, str | None], int] = {}
 
     def __len__(self) -> int:
@@ -248,19 +254,37 @@ class ClientBook:
     def __contains__(self, client_id: object) -> bool:
         return client_id in self._versions
 
-    def remember(self, client_id: str, version: str, now: int) -> list[str]:
+    def remember(
+        self, client_id: str, version: str, now: int, *, keep: bool | None = None
+    ) -> list[str]:
         """Record (or refresh) ``client_id``'s version as of ``now``.
 
-        Returns the clients evicted to stay within ``capacity``, oldest first.
+        ``keep``: whether it has state a reconnect would resume (``None``:
+        as recorded before, else no).  Returns the clients evicted to stay
+        within ``capacity``, oldest first.
         """
         if self.capacity == 0:
             return [client_id]
-        self._versions[client_id] = (version, now)
+        if keep is None:
+            previous = self._versions.get(client_id)
+            keep = previous is not None and previous[2]
+        self._versions[client_id] = (version, now, keep)
         self._versions.move_to_end(client_id)
         evicted = []
         while len(self._versions) > self.capacity:
-            evicted.append(self._versions.popitem(last=False)[0])
+            victim = next(
+                (other for other, entry in self._versions.items() if not entry[2]), None
+            )
+            if victim is None:
+                victim = next(iter(self._versions))
+            del self._versions[victim]
+            evicted.append(victim)
         return evicted
+
+    def kept(self, client_id: str) -> bool:
+        """Whether ``client_id`` is remembered with state a reconnect would resume."""
+        entry = self._versions.get(client_id)
+        return entry is not None and entry[2]
 
     def _expired(self, touched: int, now: int) -> bool:
         return self.max_age_ms is not None and now - touched > self.max_age_ms
@@ -285,7 +309,7 @@ class ClientBook:
             return []
         old = [
             client_id
-            for client_id, (_, touched) in self._versions.items()
+            for client_id, (_, touched, _keep) in self._versions.items()
             if self._expired(touched, now) and not connected(client_id)
         ]
         for client_id in old:
@@ -300,7 +324,7 @@ class ClientBook:
         if self.max_age_ms is None or not self._versions:
             return None
         # touches need not be monotonic (the clock is the embedder's), so look at all
-        return min(touched for _, touched in self._versions.values()) + self.max_age_ms + 1
+        return min(entry[1] for entry in self._versions.values()) + self.max_age_ms + 1
 
     # -- active-client removals --
 

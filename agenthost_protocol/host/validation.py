@@ -109,7 +109,8 @@ def _working_directories_allowed(ctx: ValidationContext) -> bool:
 def check_session(
     state: t.SessionState, action: t.StateAction, ctx: ValidationContext
 ) -> str | None:
-    """Session rules: the default chat, working directories, config mutability."""
+    """Session rules: the default chat, working directories, config mutability, and
+    a client's own active-client entry."""
     match action:
         case t.SessionDefaultChatChangedAction(default_chat=chat) if chat is not None:
             if not any(summary.resource == chat for summary in state.chats):
@@ -124,6 +125,14 @@ def check_session(
                     return "the primary working directory cannot be removed"
         case t.SessionConfigChangedAction(config=values, replace=replace):
             return _check_config(state, values, replace=bool(replace))
+        case t.SessionActiveClientSetAction(active_client=entry):
+            # "a client dispatches this action with its own SessionActiveClient":
+            # clientIds are public, so another's entry (its tools) is not ours to write
+            if entry.client_id != ctx.client_id:
+                return "a client may only set its own active-client entry"
+        case t.SessionActiveClientRemovedAction(client_id=client_id):
+            if client_id != ctx.client_id:
+                return "a client may only remove its own active-client entry"
         case _:
             pass
     return None

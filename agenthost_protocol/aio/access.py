@@ -1,0 +1,152 @@
+"""Who may open a WebSocket to the host: the access token, the Origin and the Host checks.
+
+A host that runs an agent runs code on the user's machine, and any web page
+the user visits may open ``ws://127.0.0.1:PORT`` (WebSockets have no CORS).
+So, as Jupyter, VS Code server and Chrome's DevTools do, the handshake is
+checked before anything of AHP is spoken:
+
+1. **Host.**  The ``Host`` header must name the server by a loopback name
+   (``localhost``), a literal IP address, or a name given in
+   ``allowed_hosts``: a page that rebinds its own DNS name to 127.0.0.1
+   sends its own name, and is refused (403).
+2. **Origin.**  Browsers send ``Origin`` with every WebSocket handshake;
+   non-browser clients (Node's WebSocket, which the official TypeScript
+   client uses, websockets, curl) send none.  A handshake with an
+   ``Origin`` not in ``allowed_origins`` is refused (403).
+3. **Token.**  When the policy has a token, the handshake must carry it as
+   the ``token`` query parameter (``ws://127.0.0.1:8765/?token=...``, a URL
+   any client can open as it is) or as ``Authorization: Bearer ...``;
+   otherwise 401.  Compared in constant time.
+
+Pure: :meth:`AccessPolicy.check` takes the request's path and headers and
+says what to answer; :mod:`.websocket` applies it.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import secrets
+from collections.abc import Callable
+from typing import Final
+from urllib.parse import parse_qs, quote, urlsplit
+
+from attrs import field, frozen
+
+__all__ = ["AccessPolicy", "Refusal", "is_loopback", "new_token", "url_with_token"]
+
+TOKEN_BYTES: Final = 32
+"""Random bytes in a token :func:`new_token` makes (256 bits)."""
+
+
+def new_token() -> str:
+    """A fresh random access token (256 bits, URL-safe)."""
+    return secrets.token_urlsafe(TOKEN_BYTES)
+
+
+def url_with_token(url: str, token: str | None) -> str:
+    """``ws://HOST:PORT`` as a URL that carries ``token`` (``ws://HOST:PORT/?token=...``)."""
+    if token is None:
+        return url
+    return f"{url.rstrip('/')}/?token={quote(token, safe='')}"
+
+
+def is_loopback(host: str) -> bool:
+    """Whether binding ``host`` serves this machine only (``localhost``, 127/8, ``::1``)."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+@frozen(kw_only=True)
+class Refusal:
+    """A handshake refused: the HTTP status and a one-line reason for the body and the log."""
+
+    status: int
+    reason: str
+
+
+def _normal_origin(origin: str) -> str:
+    return origin.strip().rstrip("/").lower()
+
+
+def _hostname(host_header: str) -> str:
+    """The name in a ``Host`` header, without the port (IPv6 in brackets kept bare)."""
+    value = host_header.strip().lower()
+    if value.startswith("["):
+        return value[1 : value.find("]")] if "]" in value else value
+    name, _, _port = value.partition(":")
+    return name
+
+
+def _is_ip(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+def _origins(values: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    return tuple(_normal_origin(v) for v in values)
+
+
+def _hosts(values: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    return tuple(v.strip().lower() for v in values)
+
+
+@frozen(kw_only=True)
+class AccessPolicy:
+    """What a WebSocket handshake must show.  The default policy asks for no token:
+    :func:`~agenthost_protocol.aio.serve.run` always gives one unless told not to."""
+
+    token: str | None = field(default=None, repr=False)
+    """The access token (``None``: none asked for; loopback only, by ``serve``'s rules)."""
+    allowed_origins: tuple[str, ...] = field(default=(), converter=_origins)
+    """``Origin`` values let through (``https://app.example``); none by default."""
+    allowed_hosts: tuple[str, ...] = field(default=(), converter=_hosts)
+    """``Host`` names accepted beyond ``localhost`` and literal IP addresses."""
+
+    def __attrs_post_init__(self) -> None:
+        if self.token is not None and not self.token:
+            raise ValueError("an empty access token")
+
+    def check(self, path: str, header: Callable[[str], str | None]) -> Refusal | None:
+        """``None`` if the handshake may go on, else what to answer.
+
+        ``path`` is the request target (``/?token=...``); ``header(name)`` a
+        header's value (case-insensitive name; ``None`` if absent).
+        """
+        host = header("Host")
+        if host is None:
+            return Refusal(status=403, reason="no Host header")
+        name = _hostname(host)
+        if name != "localhost" and not _is_ip(name) and name not in self.allowed_hosts:
+            return Refusal(status=403, reason=f"Host {name!r} is not this server's "
+                           "(allow it with --allow-host)")
+        origin = header("Origin")
+        if origin is not None and _normal_origin(origin) not in self.allowed_origins:
+            return Refusal(status=403, reason=f"Origin {origin.strip()!r} is not allowed "
+                           "(allow it with --allow-origin)")
+        if self.token is not None and not _token_ok(self.token, path, header("Authorization")):
+            return Refusal(status=401, reason="a valid access token is required: the token= "
+                           "of the URL serve printed, or Authorization: Bearer")
+        return None
+
+
+
+def _token_ok(token: str, path: str, authorization: str | None) -> bool:
+    expected = token.encode("utf-8")
+    offered: list[str] = parse_qs(urlsplit(path).query).get("token", [])
+    if authorization is not None:
+        scheme, _, credentials = authorization.strip().partition(" ")
+        if scheme.lower() == "bearer":
+            offered.append(credentials.strip())
+    ok = False
+    for candidate in offered:
+        # every candidate compared, each in constant time
+        ok |= hmac.compare_digest(candidate.encode("utf-8"), expected)
+    return ok

@@ -1,0 +1,38 @@
+"""What one connection may ask of the host: the core's own budgets.
+
+The transport-level budgets (connections, queued bytes, deadlines) are the
+I/O layer's (:class:`~agenthost_protocol.aio.ServerLimits`, which applies
+these too); these are the ones the sans-I/O core can enforce by itself,
+because they are about what a request asks for.
+"""
+
+from __future__ import annotations
+
+from attrs import frozen
+
+from ..errors import LocalProtocolError
+
+__all__ = ["HostLimits"]
+
+
+@frozen(kw_only=True)
+class HostLimits:
+    """Per-connection budgets of a :class:`~agenthost_protocol.host.Host`.
+
+    An exceeded budget is answered with an error naming it (``-32602`` for
+    too many subscriptions, ``-32600`` for too many reconnects); nothing
+    changes.
+    """
+
+    max_subscriptions: int = 1024
+    """Distinct channels one connection may be subscribed to.  ``initialize``
+    and ``reconnect`` asking for more are refused whole; a ``subscribe``
+    beyond it is refused.  Duplicates count once (and are answered once)."""
+    max_reconnects_per_minute: int = 30
+    """``reconnect`` requests one connection may send in any 60 s (each may
+    cost a replay or every snapshot); the first one of a new connection
+    counts too."""
+
+    def __attrs_post_init__(self) -> None:
+        if self.max_subscriptions < 1 or self.max_reconnects_per_minute < 1:
+            raise LocalProtocolError("the host limits must be positive")

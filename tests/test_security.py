@@ -226,6 +226,36 @@ def test_serve_allows_a_named_origin_and_host(tmp_path: Path) -> None:
     run(body(), 60)
 
 
+TLS = Path(__file__).parent / "data" / "tls"
+
+
+def test_serve_offers_tls(tmp_path: Path) -> None:
+    import ssl
+
+    from agenthost_protocol.aio.client import ConnectError, connect
+
+    async def body() -> None:
+        args = ["--certfile", str(TLS / "cert.pem"), "--keyfile", str(TLS / "key.pem")]
+        async with spawn(["--port", "0", *args], tmp_path / "serve.err") as proc:
+            assert proc.stdout is not None
+            line = await asyncio.wait_for(proc.stdout.readline(), TIMEOUT)
+            url = line.split()[1].decode()
+            assert url.startswith("wss://127.0.0.1:") and "?token=" in url, line
+            trusted = ssl.create_default_context(cafile=str(TLS / "cert.pem"))
+            async with connect(url, ssl=trusted, reconnect=False) as client:
+                await client.initialize()
+                sessions = await client.list_sessions()
+                assert sessions.items == ()
+            # the system's trust store does not know this certificate
+            with pytest.raises(ConnectError):
+                await connect(url, reconnect=False, open_timeout=5)
+            # plain ws:// to a TLS port is no way around it
+            with pytest.raises(ConnectError):
+                await connect(url.replace("wss://", "ws://"), reconnect=False, open_timeout=5)
+
+    run(body(), 60)
+
+
 # -- client identity ----------------------------------------------------------------------
 
 

@@ -45,7 +45,7 @@ import weakref
 from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, Sequence
 from enum import Enum
 from types import TracebackType
-from typing import IO, Final, TypeAlias, TypeVar
+from typing import IO, TYPE_CHECKING, Final, TypeAlias, TypeVar
 
 from attrs import field, frozen
 
@@ -135,6 +135,9 @@ from .client_transport import (
     open_websocket,
     url_token,
 )
+
+if TYPE_CHECKING:
+    from ssl import SSLContext
 
 __all__ = [
     "DEFAULT_CLIENT_INFO",
@@ -1311,6 +1314,7 @@ def connect(
     open_timeout: float | None = 10.0,
     max_message_size: int | None = DEFAULT_MAX_MESSAGE_SIZE,
     ping_interval: float | None = 20.0,
+    ssl: SSLContext | None = None,
 ) -> Connecting:
     """A client of the host at WebSocket ``url`` (``ws://HOST:PORT``).
 
@@ -1320,7 +1324,9 @@ def connect(
     :class:`ReconnectPolicy` (retry forever), a policy, or ``False``.
     ``headers`` go with the WebSocket upgrade request; ``open_timeout``,
     ``max_message_size`` and ``ping_interval`` (WebSocket ping frames) are
-    the transport's.  The other options are :class:`AsyncClient`'s.
+    the transport's; so is ``ssl``, the TLS context of a ``wss://`` URL
+    (default: the system's trust store).  The other options are
+    :class:`AsyncClient`'s.
 
     ``token`` is the host's access token (``agenthost-protocol serve`` wants
     one).  It is taken from, in this order: the ``token`` argument; a
@@ -1344,7 +1350,8 @@ def connect(
     async def opener() -> MessageTransport:
         return await open_websocket(ws_url, headers=request_headers, open_timeout=open_timeout,
                                     max_message_size=max_message_size,
-                                    ping_interval=ping_interval, ping_timeout=ping_interval)
+                                    ping_interval=ping_interval, ping_timeout=ping_interval,
+                                    ssl=ssl)
 
     return Connecting(AsyncClient(
         opener, target=url, client_id=client_id, protocol_versions=protocol_versions,

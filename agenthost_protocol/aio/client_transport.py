@@ -30,6 +30,8 @@ from typing import IO, TYPE_CHECKING, Final, Protocol, TypeAlias
 from .client_errors import ConnectError, redact_url
 
 if TYPE_CHECKING:
+    from ssl import SSLContext
+
     from websockets.asyncio.client import ClientConnection as _WsConnection
 
 from ._limits import DEFAULT_MAX_MESSAGE_SIZE
@@ -246,8 +248,10 @@ async def open_websocket(
     close_timeout: float = 5.0,
     ping_interval: float | None = 20.0,
     ping_timeout: float | None = 20.0,
+    ssl: SSLContext | None = None,
 ) -> WebSocketTransport:
-    """Open a WebSocket to ``url`` (``ws://`` or ``wss://``).
+    """Open a WebSocket to ``url`` (``ws://`` or ``wss://``; ``ssl``: the TLS
+    context of a ``wss://`` URL, default the system's trust store).
 
     ``headers`` go with the HTTP upgrade request (where the transport spec puts
     endpoint authentication).  ``token``, the host's access token, goes there
@@ -286,6 +290,9 @@ async def open_websocket(
             ping_interval=ping_interval,
             ping_timeout=ping_timeout,
             logger=_WS_LOGGER,
+            # websockets refuses ssl=None for wss:// (True: its default context)
+            # and any ssl for ws://
+            ssl=ssl if ssl is not None else (True if url.lower().startswith("wss:") else None),
         )
     except InvalidStatus as e:
         response = e.response

@@ -20,10 +20,18 @@ recursion.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeAlias
 
-__all__ = ["JsonEq", "JsonValueError", "copy_json", "json_equal", "lone_surrogate_at"]
+__all__ = [
+    "JsonEq",
+    "JsonValueError",
+    "copy_json",
+    "json_equal",
+    "lone_surrogate_at",
+    "repair_json",
+]
 
 
 class JsonValueError(ValueError):
@@ -117,6 +125,72 @@ def copy_json(value: object) -> Any:
         else:
             parent[key] = _scalar(item, link)
     return root[0]
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+Repair: TypeAlias = tuple[tuple[str | int, ...], str]
+"""Where a value was repaired (path segments from the root) and what was done."""
+
+
+def _repair_text(text: str, path: tuple[str | int, ...], repaired: list[Repair]) -> str:
+    if text.isascii() or lone_surrogate_at(text) < 0:
+        return text
+    repaired.append((path, "lone surrogate replaced by U+FFFD"))
+    return _LONE_SURROGATE.sub("\ufffd", text)
+
+
+def repair_json(value: object) -> tuple[Any, tuple[Repair, ...]]:
+    """``value`` made JSON: a copy with every lone surrogate (in strings and keys)
+    replaced by U+FFFD and every non-finite number (NaN, an infinity) dropped
+    from its object or array; and each repair (path, what).
+
+    What an agent written in JavaScript produces when it cuts a string inside
+    an emoji, or a model's NaN: the rest of the value is worth keeping.
+    Anything that is not JSON at all (a set, an object) still raises
+    :class:`JsonValueError`.
+    """
+    repaired: list[Repair] = []
+    root: list[Any] = [None]
+    stack: list[tuple[object, Any, str | int, tuple[str | int, ...]]] = [(value, root, 0, ())]
+    drop = object()
+    while stack:
+        item, parent, key, path = stack.pop()
+        if isinstance(item, Mapping):
+            new: dict[str, Any] = {}
+            parent[key] = new
+            for k, v in item.items():
+                if type(k) is not str:
+                    raise JsonValueError(f"object key {k!r} is not a string", path)
+                clean = _repair_text(k, path, repaired)
+                new[clean] = drop
+                stack.append((v, new, clean, (*path, clean)))
+        elif isinstance(item, (list, tuple)):
+            items: list[Any] = [drop] * len(item)
+            parent[key] = items
+            for i, v in enumerate(item):
+                stack.append((v, items, i, (*path, i)))
+        elif isinstance(item, float) and not math.isfinite(item):
+            repaired.append((path, f"{item!r} dropped"))
+        elif isinstance(item, str):
+            parent[key] = _repair_text(str(item), path, repaired)
+        else:
+            parent[key] = _scalar(item, None)
+    if not repaired:
+        return root[0], ()
+    # a dropped number left its placeholder: take it out of its object or array
+    stack2: list[Any] = [root]
+    while stack2:
+        node = stack2.pop()
+        if isinstance(node, dict):
+            for k in [k for k, v in node.items() if v is drop]:
+                del node[k]
+            stack2.extend(node.values())
+        elif isinstance(node, list):
+            node[:] = [v for v in node if v is not drop]
+            stack2.extend(node)
+    return root[0], tuple(reversed(repaired))
 
 
 def json_equal(a: object, b: object) -> bool:

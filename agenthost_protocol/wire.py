@@ -60,7 +60,7 @@ from cattrs.gen._consts import already_generating
 from cattrs.gen._shared import find_structure_handler
 
 from . import types as t
-from ._json import JsonValueError, copy_json, lone_surrogate_at
+from ._json import JsonValueError, copy_json, lone_surrogate_at, repair_json
 from .channels import STATE_TYPES, channel_kind
 from .errors import (
     InvalidParams,
@@ -83,6 +83,7 @@ __all__ = [
     "parse_envelope",
     "parse_json",
     "parse_message",
+    "repair",
     "structure",
     "unstructure",
 ]
@@ -1395,6 +1396,51 @@ dump = unstructure
 """Alias of :func:`unstructure`."""
 
 
+def repair(obj: T) -> tuple[T, tuple[str, ...]]:
+    """``obj`` made encodable, and one line per repair (``path: what``).
+
+    For values an agent produced: every lone surrogate (in any string, open
+    JSON keys included) becomes U+FFFD, every non-finite number is dropped
+    (from open JSON; a float field becomes ``None``).  Returns ``obj`` itself
+    and ``()`` when nothing needed repair.  What :func:`dumps` refuses for
+    another reason (a value that is not JSON at all) still raises there.
+    """
+    notes: list[tuple[tuple[str | int, ...], str]] = []
+    fixed = _repaired(obj, (), notes)
+    return fixed, tuple(f"{_format_path(path)}: {what}" for path, what in notes)
+
+
+def _repaired(
+    value: Any, path: tuple[str | int, ...], notes: list[tuple[tuple[str | int, ...], str]]
+) -> Any:
+    if attrs.has(type(value)):
+        changes = {}
+        for f in attrs.fields(type(value)):
+            old = getattr(value, f.name)
+            new = _repaired(old, (*path, f.name), notes)
+            if new is not old:
+                changes[f.alias or f.name] = new
+        return attrs.evolve(value, **changes) if changes else value
+    if isinstance(value, str):
+        if value.isascii() or lone_surrogate_at(value) < 0:
+            return value
+        notes.append((path, "lone surrogate replaced by U+FFFD"))
+        return repair_json(str(value))[0]
+    if isinstance(value, float) and not math.isfinite(value):
+        notes.append((path, f"{value!r} dropped"))
+        return None
+    if isinstance(value, tuple):
+        items = [_repaired(v, (*path, i), notes) for i, v in enumerate(value)]
+        return tuple(items) if any(a is not b for a, b in zip(items, value)) else value
+    if isinstance(value, Mapping):
+        fixed, repaired = repair_json(value)
+        if not repaired:
+            return value
+        notes.extend(((*path, *where), what) for where, what in repaired)
+        return fixed
+    return value
+
+
 def dumps(obj: Any) -> str:
     """Encode a model value (or a JSON-RPC message) as a compact JSON string.
 
@@ -1406,7 +1452,13 @@ def dumps(obj: Any) -> str:
         data = converter.unstructure(obj)
         return _JSON.dumps(data)
     except JsonValueError as e:
-        raise LocalProtocolError(e.message, path=_format_path(e.path)) from None
+        where = e.path
+        if not where:
+            # raised inside an open JSON field, which does not know its own place
+            found: list[tuple[tuple[str | int, ...], str]] = []
+            _repaired(obj, (), found)
+            where = found[0][0] if found else ()
+        raise LocalProtocolError(e.message, path=_format_path(where)) from None
     except ValueError as e:  # allow_nan=False: a float field holding NaN or an infinity
         raise LocalProtocolError(f"not representable in JSON: {e}") from None
 

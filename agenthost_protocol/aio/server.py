@@ -137,6 +137,8 @@ class CloseReason(str, Enum):
     """The transport refused what the client sent (a binary frame, an oversize line)."""
     POLICY = "policy"
     """The client broke a budget: no handshake in time, or too many connections."""
+    INTERNAL = "internal"
+    """The server failed (a bug, logged with its traceback): the client should reconnect."""
 
 
 class EndOfStream(Exception):
@@ -336,6 +338,9 @@ class _Peer:
                 await self.wake.wait()
         except (EndOfStream, OSError) as e:
             self.finish(None, f"the transport failed while sending: {e}")
+        except Exception:
+            log.exception("connection #%d: the writer failed", self.conn.number)
+            self.drop(CloseReason.INTERNAL, "internal error in the host")
 
     async def read_loop(self) -> None:
         conn = self.conn
@@ -356,6 +361,10 @@ class _Peer:
             self.finish(CloseReason.REFUSED, e.reason)
         except OSError as e:
             self.finish(None, f"the transport failed: {e}")
+        except Exception:
+            # a bug of ours (or of an embedder's hook) must not leave the client hanging
+            log.exception("connection #%d: failed on a message; closing it", conn.number)
+            self.drop(CloseReason.INTERNAL, "internal error in the host")
 
 
 class HostServer:

@@ -113,7 +113,7 @@ class LineStream:
             raise EndOfStream(f"output failed: {e}") from None
 
     async def close(self, reason: CloseReason, message: str) -> None:
-        if reason in (CloseReason.REFUSED, CloseReason.POLICY):
+        if reason in (CloseReason.REFUSED, CloseReason.POLICY, CloseReason.INTERNAL):
             # the only way to tell a JSON Lines peer why: an error with a null id
             error = {"jsonrpc": "2.0", "id": None,
                      "error": {"code": -32600, "message": f"{message}; closing"}}

@@ -48,6 +48,7 @@ _CLOSE_CODES: Final = {
     CloseReason.OVERFLOW: 1008,
     CloseReason.REFUSED: 1003,
     CloseReason.POLICY: 1008,
+    CloseReason.INTERNAL: 1011,
 }
 _MESSAGE_TOO_BIG: Final = 1009
 _MAX_REASON_BYTES: Final = 123  # RFC 6455: a close frame's payload is at most 125 bytes

@@ -47,6 +47,7 @@ from ..channels import ROOT_CHANNEL, ChannelKind, channel_kind
 from ..errors import LocalProtocolError
 from ..host import ClientActionApplied, Event, Host, RequestReceived
 from ..types.error_codes import AhpErrorCode, JsonRpcErrorCode
+from ._dispatch import dispatch_agent_action
 from .acp import (
     AcpBridge,
     AcpErrorReply,
@@ -332,7 +333,7 @@ class AcpAgentRunner:
         for output in outputs:
             if isinstance(output, AhpDispatch):
                 if self.host.has_channel(output.channel):
-                    self.host.dispatch(output.channel, output.action)
+                    dispatch_agent_action(self.host, output.channel, output.action, log)
                     chats = chats or output.channel == bridge.chat
             elif isinstance(output, AcpRequest):
                 self._spawn(self._request(bridge, output))

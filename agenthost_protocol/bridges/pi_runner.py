@@ -46,6 +46,7 @@ from ..channels import ROOT_CHANNEL, ChannelKind, channel_kind
 from ..errors import LocalProtocolError
 from ..host import ClientActionApplied, Event, Host, RequestReceived
 from ..types.error_codes import AhpErrorCode, JsonRpcErrorCode
+from ._dispatch import dispatch_agent_action
 from .pi import PiBridge, PiDialect, PiOutput
 from .pi_frames import encode_frame
 
@@ -194,7 +195,7 @@ class PiAgentRunner:
         chats = False
         for d in out.actions:
             if self.host.has_channel(d.channel):
-                self.host.dispatch(d.channel, d.action)
+                dispatch_agent_action(self.host, d.channel, d.action, log)
                 chats = chats or d.channel == bridge.chat
         for command in out.commands:
             agent.outbox.put_nowait(encode_frame(command))

@@ -395,7 +395,14 @@ class Host:
     # -- sequencing --
 
     def dispatch(self, channel: str, action: t.StateAction) -> t.ActionEnvelope:
-        """Apply a server action to ``channel``, sequence it and send it to the subscribers."""
+        """Apply a server action to ``channel``, sequence it and send it to the subscribers.
+
+        Atomic: an action that cannot be encoded (a lone surrogate, a NaN or
+        an infinity in a value the caller built) raises
+        :class:`~agenthost_protocol.errors.LocalProtocolError` naming the
+        field, and changes nothing: not the state, not ``serverSeq``, not the
+        replay buffer, nothing is sent.
+        """
         state = self._states.get(channel)
         if state is None:
             raise LocalProtocolError(f"no stateful channel {channel!r}")
@@ -411,10 +418,13 @@ class Host:
         if isinstance(state, t.ChatState) and isinstance(
             action, t.ChatTurnsLoadedAction | t.ChatTruncatedAction
         ):
+            # what _unhide sends first must not go out for an action that then fails
+            wire.dumps(action)
             self._unhide(channel, state, action)
         new = reduce(channel, state, action, now=self._clock)
-        self._states[channel] = new
+        # sequenced (encoded) before the state changes: a failure leaves both as they were
         envelope = self._sequence(channel, action, origin, None, None)
+        self._states[channel] = new
         if isinstance(new, t.ChatState) and not new.turns:
             # nothing is left to hide (``chat/truncated`` without a turn)
             self._views.drop_chat(channel)
@@ -436,15 +446,15 @@ class Host:
         of a view): its subscribed connections get it, a reconnect of that
         client replays it, nobody else hears of it.
         """
-        self._seq += 1
         envelope = t.ActionEnvelope(
             channel=channel,
             action=action,
-            server_seq=self._seq,
+            server_seq=self._seq + 1,
             origin=origin,
             rejection_reason=rejection,
         )
-        data = encode_envelope(envelope)
+        data = encode_envelope(envelope)  # may raise: nothing is taken before it succeeds
+        self._seq += 1
         self._replay.append(envelope, size=len(data), only_to=only_to)
         subscribers = self._subscribers.get(channel, {})
         if only_to is None:

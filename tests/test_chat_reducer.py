@@ -1441,14 +1441,26 @@ def test_turn_end_cancels_an_unknown_status_as_the_reference_does() -> None:
     )
 
 
-def test_turn_end_keeps_an_ill_formed_cancellation_in_raw_form() -> None:
-    # Without the fields a cancelled call requires, the reference's result can
-    # only be held raw; its wire form is still exactly the reference's.
+def test_turn_end_makes_an_ill_formed_cancellation_decodable() -> None:
+    # Without the fields a cancelled call requires, the reference's result has
+    # none (undefined, omitted in its JSON), and no peer could decode it: a whole
+    # snapshot with it would be fatal.  The missing fields become "".
     bare = UnknownToolCallState(status="paused", raw={"status": "paused", "toolCallId": "u"})
     state = reduce(active(tc_part(bare)), complete_turn())
     tc = state.turns[-1].response_parts[0].tool_call  # type: ignore[union-attr]
-    assert isinstance(tc, UnknownToolCallState)
-    assert wire.unstructure(tc) == {"status": "cancelled", "toolCallId": "u", "reason": "skipped"}
+    assert isinstance(tc, ToolCallCancelledState)
+    assert wire.unstructure(tc) == {"status": "cancelled", "toolCallId": "u", "toolName": "",
+                                    "displayName": "", "invocationMessage": "",
+                                    "reason": "skipped"}
+    assert wire.structure(wire.unstructure(state), ChatState) == state
+    # a kept field of the wrong shape is left out rather than poisoning the call
+    odd = UnknownToolCallState(status="paused", raw={
+        "status": "paused", "toolCallId": "v", "toolName": "t", "displayName": "T",
+        "invocationMessage": "m", "toolInput": 42})
+    state = reduce(active(tc_part(odd)), complete_turn())
+    tc = state.turns[-1].response_parts[0].tool_call  # type: ignore[union-attr]
+    assert isinstance(tc, ToolCallCancelledState) and tc.tool_input is None
+    assert wire.structure(wire.unstructure(state), ChatState) == state
 
 
 # ─── Chat metadata ───────────────────────────────────────────────────────────

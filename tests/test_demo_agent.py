@@ -503,6 +503,57 @@ def test_session_summary_changes_are_announced(world: World) -> None:
     assert listing.result.items[0].title == TEXT
 
 
+def test_summaries_show_a_session_waiting_for_confirmation(world: World) -> None:
+    world.bob_link.take_events()
+    world.start_turn()
+    world.play()  # up to the tool call's confirmation
+    assert world.chat().status == t.SessionStatus.INPUT_NEEDED
+    changed = [e.params for e in world.bob_link.take_events()
+               if isinstance(e, NotificationReceived) and e.method == "root/sessionSummaryChanged"]
+    statuses = [p.changes.status for p in changed
+                if isinstance(p, t.SessionSummaryChangedParams) and p.changes.status is not None]
+    assert statuses[-1] == t.SessionStatus.INPUT_NEEDED, statuses
+    listing = world.request(world.bob_link, "listSessions", t.ListSessionsParams())
+    assert isinstance(listing, ResponseReceived)
+    assert isinstance(listing.result, t.ListSessionsResult)
+    assert listing.result.items[0].status == t.SessionStatus.INPUT_NEEDED
+    world.confirm(True)
+    world.play()
+    assert world.host.session_summary(SESSION).status == t.SessionStatus.IDLE
+
+
+def test_summary_aggregation_over_chats() -> None:
+    from agenthost_protocol.host.sessions import summary_of
+
+    def chat_with(uri: str, status: t.SessionStatus, modified: str) -> t.ChatState:
+        return t.ChatState(resource=uri, title="", status=status, modified_at=modified,
+                           turns=(), activity=f"activity of {uri}")
+
+    session = t.SessionState(provider="demo", title="s", lifecycle=t.SessionLifecycle.READY,
+                             status=t.SessionStatus.IDLE | t.SessionStatus.IS_READ,
+                             active_clients=(), chats=(), default_chat="ahp-chat:/a")
+    created = "2026-01-01T00:00:00.000Z"
+    busy = chat_with("ahp-chat:/a", t.SessionStatus.IN_PROGRESS, "2026-01-01T00:00:01.000Z")
+    idle = chat_with("ahp-chat:/b", t.SessionStatus.IDLE, "2026-01-01T00:00:09.000Z")
+    # the default chat supplies the bits; IsRead stays the session's
+    summary = summary_of(SESSION, session, created, [busy, idle])
+    assert summary.status == t.SessionStatus.IN_PROGRESS | t.SessionStatus.IS_READ
+    assert summary.activity == "activity of ahp-chat:/a"
+    # InputNeeded, then Error, of any chat is promoted
+    failed = chat_with("ahp-chat:/c", t.SessionStatus.ERROR, created)
+    waiting = chat_with("ahp-chat:/d", t.SessionStatus.INPUT_NEEDED, created)
+    summary = summary_of(SESSION, session, created, [busy, failed, waiting])
+    assert summary.status == t.SessionStatus.INPUT_NEEDED | t.SessionStatus.IS_READ
+    assert summary.activity == "activity of ahp-chat:/d"
+    assert summary_of(SESSION, session, created, [busy, failed]).status == (
+        t.SessionStatus.ERROR | t.SessionStatus.IS_READ)
+    # without the default chat: the most recently modified one
+    other = t.SessionState(provider="demo", title="s", lifecycle=t.SessionLifecycle.READY,
+                           status=t.SessionStatus.IDLE, active_clients=(), chats=())
+    assert summary_of(SESSION, other, created, [busy, idle]).status == t.SessionStatus.IDLE
+    assert summary_of(SESSION, other, created, []).status == t.SessionStatus.IDLE
+
+
 def test_pieces_keep_every_character() -> None:
     for text in ["", "one", "a b c d e f g h i j", "  lead and trail  ", "x\n\ny " * 200]:
         pieces = demo_module._pieces(text)

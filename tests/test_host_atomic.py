@@ -21,10 +21,11 @@ from agenthost_protocol import wire
 from agenthost_protocol.bridges._dispatch import dispatch_agent_action
 from agenthost_protocol.client import ClientConnection
 from agenthost_protocol.errors import LocalProtocolError
+from agenthost_protocol.host import Event as HostEvent
 from agenthost_protocol.host import Host
 from agenthost_protocol.testing.network import Network
 
-from ._aio_hosts import demo_host, run
+from ._aio_hosts import DemoHost, demo_host, run
 from ._aio_peer import ws_peer
 
 SESSION = "ahp-session:/s"
@@ -168,3 +169,51 @@ def test_a_failing_message_closes_its_connection_with_a_reason(
     with caplog.at_level(logging.ERROR, "agenthost_protocol.aio.server"):
         run(body())
     assert "a bug in the host" in caplog.text  # the traceback is in the log
+
+
+def test_a_request_the_handler_forgets_is_answered(caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 18, item 7: a handler that returns without answering, and keeps nothing
+    that could answer later, does not leave the client waiting for its timeout."""
+    from agenthost_protocol.host import RequestReceived
+
+    kept: list[RequestReceived] = []
+
+    def intercept(demo: DemoHost, event: HostEvent) -> bool:
+        if isinstance(event, RequestReceived) and event.method == "listSessions":
+            demo.events.remove(event)  # the harness's own record would keep it alive
+            return True  # swallowed: neither answered nor kept
+        if isinstance(event, RequestReceived) and event.method == "resolveSessionConfig":
+            kept.append(event)  # kept: may still be answered later
+            return True
+        return False
+
+    async def body() -> None:
+        async with demo_host(intercept=intercept) as demo:
+            peer, ws = await ws_peer(demo.url, "asker")
+            await peer.initialize()
+            answer = await asyncio.wait_for(peer.request("listSessions", t.ListSessionsParams()),
+                                            5)
+            from agenthost_protocol.client import RequestFailed
+
+            assert isinstance(answer, RequestFailed) and answer.error is not None
+            assert answer.error.code == -32603
+            assert "without answering" in answer.error.message
+            # one that is kept is not answered behind the handler's back
+            request_id, data = peer.client.request(
+                "resolveSessionConfig", t.ResolveSessionConfigParams())
+            await peer.send(data)
+            for _ in range(50):
+                if kept:
+                    break
+                await asyncio.sleep(0.01)
+            assert kept and kept[0].connection.is_unanswered(kept[0].request_id)
+            kept[0].responder.error(-32601, "not here")
+            demo.server.flush()
+            failed = await peer.answer(request_id)
+            assert isinstance(failed, RequestFailed) and failed.error is not None
+            assert failed.error.code == -32601
+            await ws.close()
+
+    with caplog.at_level(logging.ERROR, "agenthost_protocol.aio.server"):
+        run(body())
+    assert "dropped listSessions" in caplog.text

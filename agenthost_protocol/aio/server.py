@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import weakref
 from collections import deque
 from collections.abc import Callable
 from enum import Enum
@@ -502,6 +503,24 @@ class HostServer:
                 with contextlib.suppress(LocalProtocolError):
                     event.responder.error(JsonRpcErrorCode.INTERNAL_ERROR,
                                           "internal error in the host's agent")
+        else:
+            if isinstance(event, RequestReceived) and not event.responder.answered:
+                # answering later is allowed; forgetting the request is not: once
+                # nothing holds its responder, nothing ever will answer it
+                weakref.finalize(event.responder, self._forgotten, event.connection,
+                                 event.request_id, event.method)
+
+    def _forgotten(self, conn: HostConnection, request_id: object, method: str) -> None:
+        if conn.closed or not isinstance(request_id, (int, str)):
+            return
+        if not conn.is_unanswered(request_id):
+            return
+        log.error("connection #%d: the handler dropped %s (request %r) without answering it; "
+                  "answered InternalError", conn.number, method, request_id)
+        conn._send_error(request_id, JsonRpcErrorCode.INTERNAL_ERROR,
+                         f"the host dropped {method} without answering it", None)
+        with contextlib.suppress(RuntimeError):  # no running loop: the server is gone
+            asyncio.get_running_loop().call_soon(self.flush)
 
     async def _settle_claim(self, event: ClientIdClaimed) -> None:
         holder = self._peers.get(event.holder)
@@ -516,7 +535,7 @@ class HostServer:
         log.info("connection #%d claims clientId %r held by #%d: %s",
                  event.connection.number, event.client_id, event.holder.number,
                  "refused, the holder answered" if alive else "granted, the holder is gone")
-        self._host.settle_claim(event.connection, holder_alive=alive)
+        self._host.settle_claim(event.connection, holder_alive=alive, holder=event.holder)
         if not alive and holder is not None:
             holder.drop(None, "replaced: its clientId was claimed and it did not answer a ping")
             holder.stream.abort()

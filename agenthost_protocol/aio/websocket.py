@@ -20,6 +20,7 @@ the only one that imports it.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import ssl as _ssl
 from http import HTTPStatus
@@ -51,6 +52,8 @@ _CLOSE_CODES: Final = {
     CloseReason.INTERNAL: 1011,
 }
 _MESSAGE_TOO_BIG: Final = 1009
+# websockets 14 and later send bytes as a text frame when asked (13 needs a str)
+_BYTES_AS_TEXT: Final = "text" in inspect.signature(ServerConnection.send).parameters
 _MAX_REASON_BYTES: Final = 123  # RFC 6455: a close frame's payload is at most 125 bytes
 
 
@@ -95,8 +98,12 @@ class WebSocketStream:
 
     async def send(self, data: bytes) -> None:
         try:
-            # a str is sent as a text frame (bytes would be a binary one)
-            await self._ws.send(data.decode("utf-8"))
+            if _BYTES_AS_TEXT:
+                # no str copy of every message for every connection
+                await self._ws.send(data, text=True)
+            else:
+                # a str is sent as a text frame (bytes would be a binary one)
+                await self._ws.send(data.decode("utf-8"))
         except ConnectionClosed as e:
             raise EndOfStream(_describe(e)) from None
 

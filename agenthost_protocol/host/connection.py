@@ -74,6 +74,8 @@ class HostConnection:
         """The handshake waiting while another connection's hold on its clientId is probed."""
         self._reconnects: deque[int] = deque()
         """When the recent ``reconnect`` requests came (host clock), for the rate budget."""
+        self._unanswered: set[t.JsonRpcId] = set()
+        """The ids of the requests handed to the embedder and not answered yet."""
         self._dispatched = False
         """Whether any action came on this connection (a reason to remember the client)."""
         self._outbox: list[bytes] = []
@@ -91,6 +93,10 @@ class HostConnection:
     @property
     def closed(self) -> bool:
         return self.state is ConnectionState.CLOSED
+
+    def is_unanswered(self, request_id: t.JsonRpcId) -> bool:
+        """Whether request ``request_id`` reached the embedder and is not answered yet."""
+        return request_id in self._unanswered
 
     # -- the embedder's side --
 
@@ -153,12 +159,15 @@ class HostConnection:
         self._queue(_json(obj))
 
     def _send_result(self, request_id: t.JsonRpcId, result: object) -> None:
+        self._unanswered.discard(request_id)
         # built by hand so that a ``None`` result is written ``"result": null``
         self._send_json({"jsonrpc": "2.0", "id": request_id, "result": wire.dump(result)})
 
     def _send_error(
         self, request_id: t.JsonRpcId | None, code: int, message: str, data: ErrorData | None
     ) -> None:
+        if request_id is not None:
+            self._unanswered.discard(request_id)
         error: dict[str, object] = {"code": code, "message": message}
         if data is not None:
             error["data"] = wire.dump(data)

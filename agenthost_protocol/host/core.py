@@ -222,6 +222,8 @@ class Host:
         }
         self._subscribers: dict[str, dict[HostConnection, None]] = {ROOT_CHANNEL: {}}
         self._connections: dict[HostConnection, None] = {}
+        self._online: dict[str, int] = {}
+        """clientId to its open connections (at most one, but during a claim's settling)."""
         self._events: deque[Event] = deque()
         self._replay = ReplayBuffer(
             max_envelopes=replay_max_envelopes, max_bytes=replay_max_bytes
@@ -322,6 +324,12 @@ class Host:
         conn._pending.clear()
         self._connections.pop(conn, None)
         client_id, version = conn.client_id, conn.protocol_version
+        if was_open and client_id is not None:
+            left = self._online.get(client_id, 0) - 1
+            if left > 0:
+                self._online[client_id] = left
+            else:
+                self._online.pop(client_id, None)
         if was_open and client_id is not None and version is not None:
             now = self._clock()
             # the reconnect window opens when the client goes away, not when it came
@@ -579,6 +587,7 @@ class Host:
             responder: Responder[ClientRequestResult | None] = Responder(
                 conn, request_id, method
             )
+            conn._unanswered.add(request_id)
             self._events.append(RequestReceived(
                 connection=conn, request_id=request_id, method=method,
                 # parse_message typed the params by method; every method left
@@ -615,6 +624,8 @@ class Host:
         conn: HostConnection,
         request_id: t.JsonRpcId,
         params: t.InitializeParams | t.ReconnectParams,
+        *,
+        counted: bool = False,
     ) -> None:
         """``initialize`` or a first ``reconnect``, unless another open connection
         holds the clientId: then the embedder probes it first."""
@@ -628,6 +639,10 @@ class Host:
             ),
             None,
         )
+        if isinstance(params, t.ReconnectParams) and not counted and not self._count_reconnect(
+            conn, request_id
+        ):
+            return
         if holder is not None:
             conn._claim = Claim(request_id=request_id, params=params, holder=holder)
             self._events.append(ClientIdClaimed(
@@ -636,10 +651,21 @@ class Host:
         elif isinstance(params, t.InitializeParams):
             self._initialize(conn, request_id, params)
         else:
-            self._reconnect(conn, request_id, params)
+            self._reconnect(conn, request_id, params, counted=True)
 
-    def settle_claim(self, claimant: HostConnection, *, holder_alive: bool) -> None:
+    def settle_claim(
+        self,
+        claimant: HostConnection,
+        *,
+        holder_alive: bool,
+        holder: HostConnection | None = None,
+    ) -> None:
         """Settle a :class:`ClientIdClaimed`: the embedder probed the holder.
+
+        ``holder`` is the connection that was probed (the event's
+        ``holder``): a verdict about another one is stale (that holder
+        closed, and the claimant now claims from its successor, a new event)
+        and is ignored.  Pass it whenever probes may overlap.
 
         ``holder_alive``: the claim is refused with ``AlreadyExists``
         (``-32010``) and the holder keeps its clientId, its subscriptions
@@ -649,7 +675,7 @@ class Host:
         settled meanwhile (the holder or the claimant closed).
         """
         claim = claimant._claim
-        if claim is None:
+        if claim is None or (holder is not None and claim.holder is not holder):
             return
         if not holder_alive:
             # its close resumes every claim on it, this one included
@@ -668,7 +694,8 @@ class Host:
         if claim is None or claimant.state is not ConnectionState.AWAITING_INITIALIZE:
             return
         claimant._claim = None
-        self._handshake(claimant, claim.request_id, claim.params)
+        # a parked reconnect was counted when it came
+        self._handshake(claimant, claim.request_id, claim.params, counted=True)
 
     def _unique_subscriptions(
         self, conn: HostConnection, request_id: t.JsonRpcId, uris: Sequence[str]
@@ -720,7 +747,12 @@ class Host:
             connection=conn, client_id=params.client_id, protocol_version=version
         ))
 
+    def _has_live_views(self, client_id: str) -> bool:
+        return client_id in self._online and self._views.has_client(client_id)
+
     def _open(self, conn: HostConnection, client_id: str, version: str) -> None:
+        if conn.state is not ConnectionState.OPEN:
+            self._online[client_id] = self._online.get(client_id, 0) + 1
         conn.state = ConnectionState.OPEN
         conn.client_id = client_id
         conn.protocol_version = version
@@ -730,7 +762,8 @@ class Host:
     def _remember(
         self, client_id: str, version: str, now: int, *, keep: bool | None = None
     ) -> None:
-        for forgotten in self._clients.remember(client_id, version, now, keep=keep):
+        for forgotten in self._clients.remember(client_id, version, now, keep=keep,
+                                                live=self._has_live_views):
             # it can only initialize afresh now, which would drop them anyway
             self._views.drop_client(forgotten)
 
@@ -738,13 +771,8 @@ class Host:
         conn._subscriptions[uri] = None
         self._subscribers[uri][conn] = None
 
-    def _reconnect(
-        self, conn: HostConnection, request_id: t.JsonRpcId, params: t.ReconnectParams
-    ) -> None:
-        if conn.state is ConnectionState.OPEN and params.client_id != conn.client_id:
-            conn._send_error(request_id, JsonRpcErrorCode.INVALID_PARAMS,
-                             "clientId differs from this connection's", None)
-            return
+    def _count_reconnect(self, conn: HostConnection, request_id: t.JsonRpcId) -> bool:
+        """Count a ``reconnect`` against the budget; ``False`` (answered) when over it."""
         now = self._clock()
         window = conn._reconnects
         while window and now - window[0] >= 60_000:
@@ -754,8 +782,25 @@ class Host:
                              f"too many reconnects: at most "
                              f"{self.limits.max_reconnects_per_minute} per minute on a "
                              "connection", None)
-            return
+            return False
         window.append(now)
+        return True
+
+    def _reconnect(
+        self,
+        conn: HostConnection,
+        request_id: t.JsonRpcId,
+        params: t.ReconnectParams,
+        *,
+        counted: bool = False,
+    ) -> None:
+        if conn.state is ConnectionState.OPEN and params.client_id != conn.client_id:
+            conn._send_error(request_id, JsonRpcErrorCode.INVALID_PARAMS,
+                             "clientId differs from this connection's", None)
+            return
+        if not counted and not self._count_reconnect(conn, request_id):
+            return
+        now = self._clock()
         wanted = self._unique_subscriptions(conn, request_id, params.subscriptions)
         if wanted is None:
             return

@@ -88,7 +88,8 @@ class Responder(Generic[R]):
     method's own result class once narrowed (:meth:`RequestReceived.narrow`).
     """
 
-    __slots__ = ("_answered", "_connection", "method", "request_id")
+    # weakly referable: an I/O layer answers a request whose responder was dropped unanswered
+    __slots__ = ("__weakref__", "_answered", "_connection", "method", "request_id")
 
     def __init__(self, connection: HostConnection, request_id: t.JsonRpcId, method: str) -> None:
         self._connection = connection

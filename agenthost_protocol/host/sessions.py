@@ -20,6 +20,8 @@ from attrs import frozen
 
 from .. import types as t
 from ..errors import InvalidParams
+from ..types import SessionStatus
+from ..types.enums import ACTIVITY_MASK
 from ..reducers._clock import iso_timestamp
 
 __all__ = [
@@ -139,15 +141,43 @@ def session_summary_changes(
 def summary_of(
     uri: str, state: t.SessionState, created_at: str, chats: list[t.ChatState]
 ) -> t.SessionSummary:
-    """The ``SessionSummary`` of a session: ``modifiedAt`` is the latest of its chats'."""
+    """The ``SessionSummary`` of a session, aggregated over its chats as the spec says.
+
+    ``modifiedAt`` is the latest of its chats'.  The activity bits (and the
+    ``activity`` text) come from the default chat, else the most recently
+    modified one; ``InputNeeded``, then ``Error``, is promoted if any chat
+    (or the session itself) has it, so a list shows a session that waits for
+    a confirmation as waiting.  ``IsRead``/``IsArchived`` stay the session's.
+    """
     # ISO strings of one precision and format compare as the times they name
     modified = max((chat.modified_at for chat in chats), default=created_at)
+    status, activity = state.status, state.activity
+    if chats:
+        source = next((c for c in chats if c.resource == state.default_chat), None)
+        if source is None:
+            source = max(chats, key=lambda chat: chat.modified_at)
+        bits, activity = int(source.status) & ACTIVITY_MASK, source.activity
+        for wanted in (SessionStatus.INPUT_NEEDED, SessionStatus.ERROR):
+            if bits == wanted:
+                break
+            promoted = next((c for c in chats if int(c.status) & ACTIVITY_MASK == wanted), None)
+            if promoted is not None:
+                bits, activity = int(wanted), promoted.activity
+                break
+            if wanted is SessionStatus.INPUT_NEEDED and (
+                int(state.status) & ACTIVITY_MASK == wanted
+            ):
+                bits, activity = int(wanted), state.activity
+                break
+        value = (int(state.status) & ~ACTIVITY_MASK) | bits
+        if value != int(status):
+            status = SessionStatus(value)
     return t.SessionSummary(
         resource=uri,
         provider=state.provider,
         title=state.title,
-        status=state.status,
-        activity=state.activity,
+        status=status,
+        activity=activity,
         project=state.project,
         working_directories=state.working_directories,
         created_at=created_at,
@@ -255,13 +285,21 @@ class ClientBook:
         return client_id in self._versions
 
     def remember(
-        self, client_id: str, version: str, now: int, *, keep: bool | None = None
+        self,
+        client_id: str,
+        version: str,
+        now: int,
+        *,
+        keep: bool | None = None,
+        live: Callable[[str], bool] | None = None,
     ) -> list[str]:
         """Record (or refresh) ``client_id``'s version as of ``now``.
 
         ``keep``: whether it has state a reconnect would resume (``None``:
-        as recorded before, else no).  Returns the clients evicted to stay
-        within ``capacity``, oldest first.
+        as recorded before, else no).  ``live``: whether a client holds state
+        that forgetting it would take now (a connected client's chat views):
+        such entries go last.  Returns the clients evicted to stay within
+        ``capacity``, oldest first.
         """
         if self.capacity == 0:
             return [client_id]
@@ -273,8 +311,12 @@ class ClientBook:
         evicted = []
         while len(self._versions) > self.capacity:
             victim = next(
-                (other for other, entry in self._versions.items() if not entry[2]), None
+                (other for other, entry in self._versions.items()
+                 if not entry[2] and not (live is not None and live(other))),
+                None,
             )
+            if victim is None and live is not None:
+                victim = next((other for other in self._versions if not live(other)), None)
             if victim is None:
                 victim = next(iter(self._versions))
             del self._versions[victim]
@@ -386,6 +428,9 @@ class ViewBook:
 
     def drop(self, client_id: str, chat: str) -> None:
         self._views.pop((client_id, chat), None)
+
+    def has_client(self, client_id: str) -> bool:
+        return any(key[0] == client_id for key in self._views)
 
     def of_chat(self, chat: str) -> Iterator[tuple[str, View]]:
         """The clients holding a view of ``chat`` (a copy: the book may change meanwhile)."""

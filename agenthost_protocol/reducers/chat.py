@@ -1066,15 +1066,18 @@ _KEPT_ON_CANCEL: Final = (
 )
 
 
+# What a cancelled call must have, and what the reference may leave out.
+_REQUIRED_ON_CANCEL: Final = ("toolCallId", "toolName", "displayName", "invocationMessage")
+
+
 def _cancelled_from_unknown(tc: UnknownToolCallState) -> ToolCallState:
     """A call in a status from a newer peer, cancelled as the reference cancels it.
 
     The reference cancels every status other than completed and cancelled,
     keeping the base fields, the invocation message and the tool input.  When
     the raw call lacks a field a cancelled call requires, the reference's
-    result is ill-formed and no ``ToolCallCancelledState`` can hold it; it is
-    then kept as an :class:`UnknownToolCallState` whose ``raw`` is exactly
-    that result, so the wire form still matches the reference.
+    result is ill-formed (no peer could decode it); the missing fields are
+    then the empty string, so the result always decodes.
     """
     from .. import wire  # noqa: PLC0415  (only this rare path needs the codec)
 
@@ -1085,8 +1088,23 @@ def _cancelled_from_unknown(tc: UnknownToolCallState) -> ToolCallState:
     try:
         known: ToolCallCancelledState = wire.structure(cancelled, ToolCallCancelledState)
     except ProtocolError:
-        return UnknownToolCallState(status="cancelled", raw=cancelled)
-    return known
+        pass
+    else:
+        return known
+    # The reference's result would lack a field a cancelled call requires (its
+    # JSON omits the undefined), and a status every peer knows with a field
+    # missing fails any decoder, a whole snapshot with it.  Where the reference
+    # defines nothing, the empty string a streaming call cancels with stands in.
+    for key in _REQUIRED_ON_CANCEL:
+        if not isinstance(cancelled.get(key), str):
+            cancelled[key] = ""
+    try:
+        return wire.structure(cancelled, ToolCallCancelledState)
+    except ProtocolError:
+        # a kept field of the wrong shape (a toolInput that is a number ...): the
+        # call keeps only what a cancelled call must have
+        bare = {key: cancelled[key] for key in ("status", "reason", *_REQUIRED_ON_CANCEL)}
+        return wire.structure(bare, ToolCallCancelledState)
 
 
 # ─── Turn lifecycle ──────────────────────────────────────────────────────────

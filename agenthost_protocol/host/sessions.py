@@ -20,9 +20,9 @@ from attrs import frozen
 
 from .. import types as t
 from ..errors import InvalidParams
+from ..reducers._clock import iso_timestamp
 from ..types import SessionStatus
 from ..types.enums import ACTIVITY_MASK
-from ..reducers._clock import iso_timestamp
 
 __all__ = [
     "ClientBook",

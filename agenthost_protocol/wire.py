@@ -1431,7 +1431,7 @@ def _repaired(
         return None
     if isinstance(value, tuple):
         items = [_repaired(v, (*path, i), notes) for i, v in enumerate(value)]
-        return tuple(items) if any(a is not b for a, b in zip(items, value)) else value
+        return tuple(items) if any(a is not b for a, b in zip(items, value, strict=True)) else value
     if isinstance(value, Mapping):
         fixed, repaired = repair_json(value)
         if not repaired:

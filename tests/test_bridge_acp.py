@@ -718,7 +718,7 @@ def test_prompt_error_ends_the_turn_with_chat_error(w: World) -> None:
     w.run(w.bridge.receive_error(prompt.token, -32000, "overloaded", {"retry": True}))
     turn = last_turn(w)
     assert turn.state == t.TurnState.ERROR
-    assert turn.error == t.ErrorInfo(error_type="acp:-32000", message="overloaded",
+    assert turn.error == t.ErrorInfo(error_type="acp:-32000", message="overloaded (acp:-32000)",
                                      meta={"data": {"retry": True}})
     assert w.chat.status & 31 == t.SessionStatus.ERROR
 

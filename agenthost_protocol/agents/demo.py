@@ -437,7 +437,8 @@ class DemoAgent:
     # -- keeping summaries in step ---------------------------------------------------
 
     def _dispatch(self, chat: str, action: t.StateAction) -> None:
-        self._host.dispatch(chat, action)
+        # the echo of a long message goes by reference, as any agent's big output
+        self._host.dispatch(chat, self._host.by_reference(action))
         self._mirror(chat)
 
     def _mirror(self, chat: str) -> None:

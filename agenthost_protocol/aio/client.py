@@ -51,6 +51,7 @@ from attrs import field, frozen
 
 from .. import methods
 from .._version import __version__
+from ..channels import ChannelKind, channel_kind
 from ..client import (
     ActionReceived,
     ClientConnection,
@@ -71,11 +72,13 @@ from ..reconciler import ORPHAN_LIMIT, PendingAction, Received, ReceiveKind
 from ..reducers import Clock
 from ..types import (
     ChatSource,
+    ChatState,
     ClientCapabilities,
     CreateChatParams,
     CreateSessionParams,
     DisposeChatParams,
     DisposeSessionParams,
+    FetchTurnsParams,
     Implementation,
     InitializeResult,
     JsonRpcErrorCode,
@@ -139,7 +142,11 @@ from .client_transport import (
 if TYPE_CHECKING:
     from ssl import SSLContext
 
+DEFAULT_CHAT_VIEW_TURNS: Final = 50
+"""Turns of a chat :meth:`AsyncClient.subscribe` asks for by default (its latest)."""
+
 __all__ = [
+    "DEFAULT_CHAT_VIEW_TURNS",
     "DEFAULT_CLIENT_INFO",
     "DEFAULT_EVENT_BUFFER",
     "DEFAULT_MAX_MESSAGE_SIZE",
@@ -310,7 +317,9 @@ class AsyncClient:
     policy (``None``: a dropped transport closes the client).
     ``on_server_request`` answers the host's requests (without it they are
     answered ``-32601``, never left hanging).  ``event_buffer``: the default
-    size of an :class:`EventStream`'s buffer.
+    size of an :class:`EventStream`'s buffer.  ``chat_view_turns``: how many
+    of a chat's latest turns :meth:`subscribe` asks for by default (``None``:
+    all of them); older ones come with :meth:`fetch_older_turns`.
 
     Use it as ``async with`` (or :meth:`open` then :meth:`close`)::
 
@@ -332,6 +341,7 @@ class AsyncClient:
         reconnect: ReconnectPolicy | None = None,
         on_server_request: ServerRequestHandler | None = None,
         event_buffer: int = DEFAULT_EVENT_BUFFER,
+        chat_view_turns: int | None = DEFAULT_CHAT_VIEW_TURNS,
     ) -> None:
         if request_timeout is not None and request_timeout <= 0:
             raise ValueError("request_timeout must be positive (or None)")
@@ -350,6 +360,9 @@ class AsyncClient:
         self._policy = reconnect
         self._on_server_request = on_server_request
         self._event_buffer = event_buffer
+        if chat_view_turns is not None and chat_view_turns < 0:
+            raise ValueError("chat_view_turns must not be negative (or None)")
+        self.chat_view_turns = chat_view_turns
         self._link: _Link | None = None
         self._links = 0
         self._opened = False
@@ -574,8 +587,15 @@ class AsyncClient:
     ) -> Snapshot | None:
         """Subscribe to ``channel``; its snapshot (now tracked), ``None`` for a stateless one.
 
-        Raises :class:`RequestError` (``-32008`` NotFound ...) if the host refuses.
+        A chat is asked for with ``view`` (default: its last ``chat_view_turns``
+        turns, so that a long chat opens at once; ``SubscribeView()`` asks for
+        all); :meth:`fetch_older_turns` pages the rest.  Raises
+        :class:`RequestError` (``-32008`` NotFound ...) if the host refuses.
         """
+        if view is None and self.chat_view_turns is not None and (
+            channel_kind(channel) is ChannelKind.CHAT
+        ):
+            view = SubscribeView(turns=self.chat_view_turns)
         end = await self._call(
             "subscribe",
             lambda: self._issued(lambda: self._conn.subscribe(channel, delivery=delivery,
@@ -584,6 +604,21 @@ class AsyncClient:
         )
         assert isinstance(end, ResponseReceived)
         return end.result_for(methods.SUBSCRIBE).snapshot
+
+    async def fetch_older_turns(self, chat: str, *, timeout: Timeout = USE_DEFAULT) -> bool:
+        """Load the page of ``chat``'s turns before those held (``fetchTurns`` with the
+        chat's ``turnsNextCursor``); ``False`` when there are none left.
+
+        The host sends them as ``chat/turnsLoaded`` before it answers, so the
+        confirmed state holds them when this returns.
+        """
+        state = self._conn.confirmed(chat) if self.is_tracked(chat) else None
+        if not isinstance(state, ChatState) or state.turns_next_cursor is None:
+            return False
+        await self.request(methods.FETCH_TURNS,
+                           FetchTurnsParams(channel=chat, cursor=state.turns_next_cursor),
+                           timeout=timeout)
+        return True
 
     async def unsubscribe(self, channel: str, *, timeout: Timeout = USE_DEFAULT
                           ) -> tuple[PendingAction, ...]:
@@ -1310,6 +1345,7 @@ def connect(
     reconnect: ReconnectPolicy | bool = True,
     on_server_request: ServerRequestHandler | None = None,
     event_buffer: int = DEFAULT_EVENT_BUFFER,
+    chat_view_turns: int | None = DEFAULT_CHAT_VIEW_TURNS,
     headers: Mapping[str, str] | None = None,
     open_timeout: float | None = 10.0,
     max_message_size: int | None = DEFAULT_MAX_MESSAGE_SIZE,
@@ -1357,7 +1393,7 @@ def connect(
         opener, target=url, client_id=client_id, protocol_versions=protocol_versions,
         client_info=client_info, locale=locale, clock=clock, request_timeout=request_timeout,
         reconnect=_policy(reconnect), on_server_request=on_server_request,
-        event_buffer=event_buffer,
+        event_buffer=event_buffer, chat_view_turns=chat_view_turns,
     ))
 
 
@@ -1377,6 +1413,7 @@ def connect_stdio(
     reconnect: ReconnectPolicy | bool = False,
     on_server_request: ServerRequestHandler | None = None,
     event_buffer: int = DEFAULT_EVENT_BUFFER,
+    chat_view_turns: int | None = DEFAULT_CHAT_VIEW_TURNS,
     max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
     close_timeout: float = 5.0,
 ) -> Connecting:
@@ -1409,5 +1446,6 @@ def connect_stdio(
         protocol_versions=protocol_versions, client_info=client_info, locale=locale,
         clock=clock, request_timeout=request_timeout, reconnect=_policy(reconnect),
         on_server_request=on_server_request, event_buffer=event_buffer,
+        chat_view_turns=chat_view_turns,
         close_timeout=2 * close_timeout + 5,
     ))

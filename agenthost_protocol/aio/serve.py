@@ -440,6 +440,31 @@ async def _serve_stdio(
     log.info("stopped")
 
 
+def _return_large_blocks_to_the_system() -> None:
+    """Pin glibc's mmap threshold at 1 MiB (where it can be set).
+
+    glibc raises the threshold to the size of any large block freed, so after
+    a few multi-megabyte messages later ones come from the heap, whose freed
+    space is seldom handed back: measured with 100 stalled subscribers and
+    four 15 MB actions, the peak RSS was 805 MB with the dynamic threshold
+    and 339 MB pinned, for the same 288 MB of live Python memory.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes  # noqa: PLC0415
+    import ctypes.util  # noqa: PLC0415
+
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return
+    try:
+        libc = ctypes.CDLL(name)
+        m_mmap_threshold = -3
+        libc.mallopt(m_mmap_threshold, 1024 * 1024)
+    except (OSError, AttributeError):
+        pass  # not glibc: nothing to pin
+
+
 def run(options: ServeOptions, out: IO[str] | None = None, err: IO[str] | None = None) -> int:
     """The body of ``agenthost-protocol serve``: the exit status.
 
@@ -454,6 +479,8 @@ def run(options: ServeOptions, out: IO[str] | None = None, err: IO[str] | None =
 
     def ready(url: str) -> None:
         print(f"serving {url}", file=out, flush=True)
+
+    _return_large_blocks_to_the_system()
 
     try:
         asyncio.run(serve_host(options, ready=ready))

@@ -83,7 +83,8 @@ class ServerLimits:
 
     max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
     """The largest message accepted from a client, in bytes (UTF-8); a larger one
-    closes that connection."""
+    closes that connection.  Also the largest the host sends (the host core's
+    ``HostLimits.max_message_size``): what the library's client accepts."""
     max_queue_messages: int = 4096
     """Messages waiting in one connection's send queue before it is dropped."""
     max_queue_bytes: int = 64 * 1024 * 1024
@@ -122,7 +123,8 @@ class ServerLimits:
     def host_limits(self) -> HostLimits:
         """The budgets the host core enforces itself."""
         return HostLimits(max_subscriptions=self.max_subscriptions,
-                          max_reconnects_per_minute=self.max_reconnects_per_minute)
+                          max_reconnects_per_minute=self.max_reconnects_per_minute,
+                          max_message_size=self.max_message_size)
 
 
 class CloseReason(str, Enum):

@@ -7,7 +7,9 @@ be NaN, and both decoders on the way (pi's line reader, the ACP SDK's
 them without changing anything; here the value is repaired
 (:func:`~agenthost_protocol.wire.repair`: U+FFFD, non-finite numbers
 dropped), logged, and dispatched; what cannot be repaired is logged and
-dropped, and the host goes on.
+dropped, and the host goes on.  Tool outputs over the host's inline limit
+are stored and referenced (``resourceRead``), so that no chat outgrows what
+a client can open.
 """
 
 from __future__ import annotations
@@ -25,8 +27,10 @@ __all__ = ["dispatch_agent_action"]
 def dispatch_agent_action(
     host: Host, channel: str, action: t.StateAction, log: logging.Logger
 ) -> t.ActionEnvelope | None:
-    """``host.dispatch(channel, action)``, repairing an unencodable agent value first;
+    """``host.dispatch(channel, action)``, with large tool results stored and sent by
+    reference (:meth:`Host.by_reference`) and an unencodable agent value repaired;
     ``None`` when even the repaired action could not be dispatched (logged)."""
+    action = host.by_reference(action)
     try:
         return host.dispatch(channel, action)
     except LocalProtocolError:

@@ -69,6 +69,8 @@ from .._json import json_equal
 from ..reducers._clock import iso_timestamp
 
 __all__ = [
+    "ERROR_TEXT_LIMIT",
+    "MODEL_KEY",
     "MODE_KEY",
     "AcpBridge",
     "AcpConfigOption",
@@ -84,6 +86,7 @@ __all__ = [
     "JsonObject",
     "PromptCapabilities",
     "RequestId",
+    "acp_error_message",
     "data_uri_store",
 ]
 
@@ -202,6 +205,60 @@ class PromptCapabilities:
 MODE_KEY: Final = "mode"
 """The session config key of the agent's legacy session modes (``session/set_mode``)."""
 
+MODEL_KEY: Final = "model"
+"""The session config key of the agent's legacy model list (``session/new``'s
+``models``, switched by ``session/set_model``), when no config option is the model."""
+
+ERROR_TEXT_LIMIT: Final = 4096
+"""The most UTF-8 bytes of an agent's error text that reach an ``ErrorInfo``: an
+agent may put a whole HTTP body (or anything) in its error's ``data``."""
+
+
+def acp_error_message(
+    code: int, message: str, data: object = None, *, limit: int = ERROR_TEXT_LIMIT
+) -> str:
+    """A JSON-RPC error of the agent as text for a person: ``MESSAGE (acp:CODE): DETAIL``.
+
+    Agents built on the ACP SDKs answer nearly every failure with the generic
+    ``-32603 Internal error`` and put the real cause in ``data``: ``details``
+    (the TypeScript SDK; Qwen Code), ``message`` (Codex) or a plain string.
+    Without it the user reads "Internal error" and nothing else.  The detail
+    is left out when it only repeats the message; the whole text is cut to
+    ``limit`` UTF-8 bytes.
+    """
+    obj = _obj(data)
+    detail = (_nonblank(_get(obj, "details")) or _nonblank(_get(obj, "message"))
+              or _nonblank(data))
+    text = f"{message.strip() or 'Error'} (acp:{code})"
+    if detail is not None and detail != message.strip():
+        text += f": {detail}"
+    return _cut(text, limit)
+
+
+def _nonblank(value: object) -> str | None:
+    return value.strip() or None if isinstance(value, str) else None
+
+
+def _cut(text: str, limit: int) -> str:
+    encoded = text.encode("utf-8", "surrogatepass")
+    if len(encoded) <= limit:
+        return text
+    # on a character boundary, with room for the ellipsis
+    return encoded[: max(0, limit - 3)].decode("utf-8", "ignore") + "\u2026"
+
+
+def _bounded_json(value: object, limit: int = ERROR_TEXT_LIMIT) -> object:
+    """``value`` if its JSON is at most ``limit`` bytes, else ``None``: an agent's
+    error ``data`` is kept in ``_meta`` for tools, but not at any size."""
+    if value is None:
+        return None
+    try:
+        size = len(json.dumps(value, ensure_ascii=False, default=str).encode("utf-8",
+                                                                           "surrogatepass"))
+    except (TypeError, ValueError, RecursionError):
+        return None
+    return value if size <= limit else None
+
 
 @frozen
 class AcpConfigOption:
@@ -232,6 +289,11 @@ class AcpSessionSetup:
     """The legacy session modes (id, name, description); empty when the agent has none
     or a config option already uses the key ``mode``."""
     current_mode: str | None = None
+    legacy_models: tuple[tuple[str, str, str | None], ...] = ()
+    """The models of ``session/new``'s unstable ``models`` field (modelId, name,
+    description), which Gemini CLI sends instead of a model config option; empty when
+    a config option is the model picker or uses the key ``model``."""
+    current_model: str | None = None
 
     @classmethod
     def from_new_session(cls, result: object) -> AcpSessionSetup:
@@ -253,18 +315,46 @@ class AcpSessionSetup:
             modes = tuple(found)
             if current is None and modes:
                 current = modes[0][0]
-        return cls(options=options, modes=modes, current_mode=current)
+        models: tuple[tuple[str, str, str | None], ...] = ()
+        current_model: str | None = None
+        listed = _obj(_get(res, "models"))
+        if listed is not None and all(o.id != MODEL_KEY and o.category != "model"
+                                      for o in options):
+            found_models = []
+            for raw in _list(listed, "availableModels"):
+                model = _obj(raw)
+                model_id = _str(model, "modelId")
+                if model_id:
+                    found_models.append((model_id, _str(model, "name") or model_id,
+                                         _str(model, "description")))
+            models = tuple(found_models)
+            current_model = _str(listed, "currentModelId")
+            if models and current_model not in {m[0] for m in models}:
+                current_model = models[0][0]
+        return cls(options=options, modes=modes, current_mode=current,
+                   legacy_models=models, current_model=current_model if models else None)
 
     @property
     def model_option(self) -> AcpConfigOption | None:
         """The config option of category ``model`` (the agent's model picker), if any."""
         return next((o for o in self.options if o.category == "model"), None)
 
+    @property
+    def model_key(self) -> str | None:
+        """The config key that holds the agent's model: the model option's id, else
+        :data:`MODEL_KEY` for a legacy model list, else ``None``."""
+        option = self.model_option
+        if option is not None:
+            return option.id
+        return MODEL_KEY if self.legacy_models else None
+
     def values(self) -> dict[str, object]:
         """The current value of every config key."""
         values: dict[str, object] = {o.id: o.value for o in self.options}
         if self.modes and self.current_mode is not None:
             values[MODE_KEY] = self.current_mode
+        if self.legacy_models and self.current_model is not None:
+            values[MODEL_KEY] = self.current_model
         return values
 
     @property
@@ -273,6 +363,8 @@ class AcpSessionSetup:
         properties: dict[str, t.SessionConfigPropertySchema] = {}
         if self.modes:
             properties[MODE_KEY] = _select_schema("Mode", None, self.modes)
+        if self.legacy_models:
+            properties[MODEL_KEY] = _select_schema("Model", None, self.legacy_models)
         for option in self.options:
             if option.kind == "boolean":
                 properties[option.id] = t.SessionConfigPropertySchema(
@@ -287,13 +379,13 @@ class AcpSessionSetup:
         )
 
     def models(self, provider: str) -> tuple[t.SessionModelInfo, ...]:
-        """The choices of the model option as the root state lists an agent's models."""
+        """The agent's models as the root state lists them: the model option's choices,
+        else the legacy model list."""
         option = self.model_option
-        if option is None:
-            return ()
+        choices = option.choices if option is not None else self.legacy_models
         return tuple(
             t.SessionModelInfo(id=value, provider=provider, name=name)
-            for value, name, _ in option.choices
+            for value, name, _ in choices
         )
 
 
@@ -636,8 +728,9 @@ class AcpBridge:
         self._agent_config: dict[str, object] = self._setup.values()
         self._prompts: dict[str, str] = {}
         """token -> turn id of every ``session/prompt`` not answered yet."""
-        self._switches: dict[str, str] = {}
-        """token -> config key of every ``set_mode`` / ``set_config_option`` in flight."""
+        self._switches: dict[str, tuple[str, object]] = {}
+        """token -> (config key, value asked for) of every ``set_mode`` /
+        ``set_config_option`` / ``set_model`` in flight."""
         self._held: _HeldPrompt | None = None
         self._plan_activity: str | None = None
         self._compacting = False
@@ -708,12 +801,17 @@ class AcpBridge:
             if token in self._prompts:
                 self._prompt_answered(token, _obj(result), None)
             elif token in self._switches:
-                key = self._switches.pop(token)
+                key, value = self._switches.pop(token)
                 res = _obj(result)
                 if res is not None and "configOptions" in res:
                     self._config_options(_parse_options(res.get("configOptions")), agent=True)
                 else:  # accepted, and the agent did not say otherwise
-                    self._agent_config[key] = self._config.get(key)
+                    self._agent_config[key] = value
+                    if key in self._config_keys and all(
+                        k != key for k, _ in self._switches.values()
+                    ):
+                        # a switch for a message's model changed the session's model too
+                        self._set_config({key: value})
                 self._release_held()
             else:
                 log.debug("ACP bridge: response for unknown token %r skipped", token)
@@ -727,7 +825,7 @@ class AcpBridge:
             if token in self._prompts:
                 self._prompt_answered(token, None, (code, message, data))
             elif token in self._switches:
-                key = self._switches.pop(token)
+                key, _ = self._switches.pop(token)
                 log.warning("ACP bridge: the agent refused to change %r: %s", key, message)
                 # the session shows what the client asked for: put back what the agent has
                 if key in self._agent_config and not json_equal(
@@ -758,12 +856,15 @@ class AcpBridge:
             self._closed = True
         return out
 
-    def dispose(self) -> list[BridgeOutput]:
+    def dispose(self, *, close: bool = False) -> list[BridgeOutput]:
         """The AHP session is going away: stop the agent's work for it.
 
         Answers what the agent waits for (``cancelled``/``cancel``) and sends
         ``session/cancel`` if a prompt is in flight; no AHP action (the
-        channels are going).  Later input is skipped.
+        channels are going).  ``close``: the agent advertised
+        ``sessionCapabilities.close``, so ``session/close`` follows; an agent
+        may hold a whole process per session (Claude Code's does) until then.
+        Later input is skipped.
         """
         with self._collect() as out:
             turn = self._turn
@@ -772,6 +873,9 @@ class AcpBridge:
             elif self._prompts and not self._closed:
                 self._out.append(AcpNotification("session/cancel",
                                                  {"sessionId": self.acp_session_id}))
+            if close and not self._closed:
+                self._out.append(AcpRequest(self._token("close"), "session/close",
+                                            {"sessionId": self.acp_session_id}))
             self._held = None
             self._queued.clear()
             self._steering = None
@@ -1455,9 +1559,10 @@ class AcpBridge:
             log.debug("ACP bridge: answer to abandoned prompt %r swallowed", token)
         elif error is not None:
             code, message, data = error
+            kept = _bounded_json(data)
             self._end_turn(turn, "error", error=t.ErrorInfo(
-                error_type=f"acp:{code}", message=message,
-                meta={"data": data} if data is not None else None,
+                error_type=f"acp:{code}", message=acp_error_message(code, message, data),
+                meta={"data": kept} if kept is not None else None,
             ))
         else:
             self._stop(turn, result)
@@ -1469,12 +1574,11 @@ class AcpBridge:
         if usage is not None:
             old = turn.usage or t.UsageInfo()
             extra = {key: usage[key] for key in _USAGE_EXTRAS if _int(usage, key) is not None}
-            model = self._setup.model_option
             self._set_usage(turn, t.UsageInfo(
                 input_tokens=_int(usage, "inputTokens"),
                 output_tokens=_int(usage, "outputTokens"),
                 cache_read_tokens=_int(usage, "cachedReadTokens"),
-                model=_model_name(self._agent_config, model) or old.model,
+                model=_model_name(self._agent_config, self._setup.model_key) or old.model,
                 meta={**(old.meta or {}), **extra} or None,
             ))
         reason = _str(result, "stopReason")
@@ -1545,15 +1649,15 @@ class AcpBridge:
         turn = _Turn(turn_id, self._now())
         self._turn = turn
         blocks = self._prompt_blocks(message)
-        model = self._setup.model_option
+        key = self._setup.model_key
         wanted = message.model.id if message.model is not None else None
         if (
-            model is not None
+            key is not None
             and wanted is not None
-            and not json_equal(self._agent_config.get(model.id), wanted)
+            and not json_equal(self._agent_config.get(key), wanted)
         ):
             # the model rides on the message in AHP, on the session in ACP
-            self._switch(model.id, wanted)
+            self._switch(key, wanted)
         self._held = _HeldPrompt(turn_id, blocks)
         self._release_held()
 
@@ -1574,11 +1678,16 @@ class AcpBridge:
         }))
 
     def _switch(self, key: str, value: object) -> None:
-        """``session/set_mode`` or ``session/set_config_option`` for ``key``."""
+        """``session/set_mode``, ``session/set_model`` or ``session/set_config_option``."""
         if key == MODE_KEY and self._setup.modes:
             token = self._token("mode")
             self._out.append(AcpRequest(token, "session/set_mode", {
                 "sessionId": self.acp_session_id, "modeId": value,
+            }))
+        elif key == MODEL_KEY and self._setup.legacy_models:
+            token = self._token("model")
+            self._out.append(AcpRequest(token, "session/set_model", {
+                "sessionId": self.acp_session_id, "modelId": value,
             }))
         else:
             token = self._token("config")
@@ -1588,7 +1697,7 @@ class AcpBridge:
             if isinstance(value, bool):
                 params["type"] = "boolean"
             self._out.append(AcpRequest(token, "session/set_config_option", params))
-        self._switches[token] = key
+        self._switches[token] = (key, value)
 
     def _server_turn(self, turn_id: str, message: t.Message, queued_id: str | None) -> None:
         self._chat_out(t.ChatTurnStartedAction(
@@ -1760,8 +1869,8 @@ def _permission_outcome(
     return {"outcome": {"outcome": "selected", "optionId": choice}}
 
 
-def _model_name(values: Mapping[str, object], option: AcpConfigOption | None) -> str | None:
-    value = values.get(option.id) if option is not None else None
+def _model_name(values: Mapping[str, object], key: str | None) -> str | None:
+    value = values.get(key) if key is not None else None
     return value if isinstance(value, str) else None
 
 

@@ -21,6 +21,13 @@ The agent's requests are read as raw JSON (the SDK's low-level connection),
 so the bridge sees exactly what the agent sent, whatever schema version it
 was built against.  The agent may not read or write files or run terminals
 through the host: the runner advertises neither ``fs`` nor ``terminal``.
+
+The agent runs in a process group of its own (not the SDK's
+``spawn_stdio_transport``, which signals only its direct child and then
+waits for it without a bound): :meth:`AcpAgentRunner.close` cancels the
+prompts in flight, closes its stdin, then signals the whole group, every
+step bounded, so neither the agent nor what it started (Codex's native
+binary, a shell tool) outlives the runner.
 """
 
 from __future__ import annotations
@@ -37,7 +44,7 @@ from urllib.parse import unquote, urlparse
 import attrs
 from acp.connection import Connection
 from acp.exceptions import RequestError
-from acp.transports import spawn_stdio_transport
+from acp.transports import default_environment
 from attrs import field, frozen
 
 from .. import types as t
@@ -58,7 +65,9 @@ from .acp import (
     AhpDispatch,
     BridgeOutput,
     PromptCapabilities,
+    acp_error_message,
 )
+from .pi_runner import _AgentProcess, _spawn_agent_process, _until
 
 __all__ = ["ACP_PROVIDER", "AcpAgentCommand", "AcpAgentRunner", "acp_agent_info",
            "acp_root_state", "build_acp_server"]
@@ -129,11 +138,13 @@ class AcpAgentRunner:
     """One ACP agent process serving every session of ``server``'s host.
 
     Call :meth:`start` (spawns the agent, ``initialize``), then serve; call
-    :meth:`close` to stop (the agent's stdin is closed, then it is
-    terminated, then killed).  ``provider`` is the agent's provider id in the
-    root state (the host's root should list it: :func:`acp_root_state`);
-    ``session_cwd`` is the ``cwd`` of ``session/new`` when a client names no
-    working directory (default: the host's current directory).
+    :meth:`close` to stop (prompts in flight cancelled, the agent's stdin
+    closed, then SIGTERM and SIGKILL to its process group).  ``provider`` is
+    the agent's provider id in the root state (the host's root should list
+    it: :func:`acp_root_state`); ``session_cwd`` is the ``cwd`` of
+    ``session/new`` when a client names no working directory (default: the
+    host's current directory); ``close_timeout`` bounds each step of
+    stopping the agent.
     """
 
     def __init__(
@@ -144,16 +155,19 @@ class AcpAgentRunner:
         provider: str = ACP_PROVIDER,
         session_cwd: str | None = None,
         start_timeout: float = 30.0,
+        close_timeout: float = 2.0,
     ) -> None:
         self._server = server
         self._agent = agent
         self._provider = provider
         self._session_cwd = session_cwd
         self._start_timeout = start_timeout
-        self._stack = contextlib.AsyncExitStack()
+        self._close_timeout = close_timeout
         self._conn: Connection | None = None
-        self._process: asyncio.subprocess.Process | None = None
+        self._group: _AgentProcess | None = None
         self._caps = PromptCapabilities()
+        self._closes_sessions = False
+        """The agent advertised ``sessionCapabilities.close`` (``session/close``)."""
         self._info = acp_agent_info(provider)
         self._bridges: dict[str, AcpBridge] = {}
         """ACP sessionId -> its bridge."""
@@ -165,6 +179,7 @@ class AcpAgentRunner:
         self._numbers = itertools.count(1)
         self._tasks: set[asyncio.Task[None]] = set()
         self._running = False
+        self._closing = False
         self._commands: dict[str, Callable[[RequestReceived], None]] = {
             "createSession": self._create_session,
             "disposeSession": self._dispose_session,
@@ -190,7 +205,8 @@ class AcpAgentRunner:
 
     @property
     def process(self) -> asyncio.subprocess.Process | None:
-        return self._process
+        """The agent process (the leader of its process group), once spawned."""
+        return self._group.process if self._group is not None else None
 
     def bridge(self, channel: str) -> AcpBridge | None:
         """The bridge of an AHP session or chat URI."""
@@ -202,15 +218,15 @@ class AcpAgentRunner:
         """Spawn the agent and ``initialize`` it; raises ``OSError`` or ``RuntimeError``."""
         agent = self._agent
         try:
-            reader, writer, process = await self._stack.enter_async_context(
-                spawn_stdio_transport(
-                    agent.command, *agent.args, env=agent.env, cwd=agent.cwd,
-                    stderr=None if agent.inherit_stderr else asyncio.subprocess.DEVNULL,
-                )
+            # the SDK's trimmed environment (HOME, PATH ...), as its own spawn gives it
+            group = await _spawn_agent_process(
+                agent.command, agent.args, cwd=agent.cwd,
+                env={**default_environment(), **(agent.env or {})},
+                stderr=None if agent.inherit_stderr else asyncio.subprocess.DEVNULL,
             )
-            self._process = process
-            conn = Connection(self._on_agent, writer, reader)
-            self._stack.push_async_callback(conn.close)
+            self._group = group
+            assert group.process.stdin is not None and group.process.stdout is not None
+            conn = Connection(self._on_agent, group.process.stdin, group.process.stdout)
             self._conn = conn
             self._running = True
             result: object = await asyncio.wait_for(conn.send_request("initialize", {
@@ -224,11 +240,12 @@ class AcpAgentRunner:
             }), self._start_timeout)
         except BaseException as e:
             self._running = False
-            await self._stack.aclose()
+            await asyncio.shield(self._stop_agent())
             if isinstance(e, (RequestError, ConnectionError, asyncio.TimeoutError)):
                 raise RuntimeError(f"the ACP agent did not initialize: {e}") from e
             raise
         self._caps = PromptCapabilities.from_initialize(result)
+        self._closes_sessions = _closes_sessions(result)
         info = result.get("agentInfo") if isinstance(result, Mapping) else None
         if isinstance(info, Mapping):
             name = info.get("title") or info.get("name")
@@ -237,10 +254,31 @@ class AcpAgentRunner:
                 described = f"{name} {version}" if isinstance(version, str) else name
                 self._set_info(attrs.evolve(self._info, display_name=name,
                                             description=f"{described} (ACP)"))
-        self._spawn(self._watch(process))
+        self._spawn(self._watch(group))
 
     async def close(self) -> None:
-        """Stop the agent (bounded) and forget its sessions' pending work."""
+        """Stop the agent and what it started (bounded), end the turns still active.
+
+        First ``session/cancel`` for every prompt in flight, and a moment for
+        the answers (agents stop their tools on a cancel; Gemini CLI's shell
+        tool otherwise keeps running), then the process group is stopped.
+        """
+        if self._closing:
+            return
+        self._closing = True
+        conn, group = self._conn, self._group
+        bridges = list(self._bridges.values())
+        if conn is not None and group is not None and self._running:
+            busy = [b for b in bridges if b.busy]
+            if busy:
+                sends = asyncio.gather(*(conn.send_notification(
+                    "session/cancel", {"sessionId": b.acp_session_id}) for b in busy),
+                    return_exceptions=True)
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(sends, self._close_timeout)
+                await _until(lambda: not any(b.busy for b in busy)
+                             or group.returncode is not None, self._close_timeout)
+        await self._stop_agent()
         self._running = False
         for future in self._waiting.values():
             future.cancel()
@@ -248,11 +286,23 @@ class AcpAgentRunner:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        await self._stack.aclose()
+        for bridge in bridges:  # a turn the agent did not end: its clients are told why
+            self._carry(bridge, bridge.agent_closed("the host stopped the agent"))
 
-    async def _watch(self, process: asyncio.subprocess.Process) -> None:
-        code = await process.wait()
-        if not self._running:
+    async def _stop_agent(self) -> None:
+        """The process group stopped, then the connection closed, each bounded."""
+        group, conn = self._group, self._conn
+        if group is not None:
+            await group.stop(self._close_timeout)
+        if conn is not None:
+            # its sender may wait on a pipe nobody reads any more
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(conn.close(), self._close_timeout)
+
+    async def _watch(self, group: _AgentProcess) -> None:
+        await group.wait_exit()
+        code = group.returncode
+        if self._closing or not self._running:
             return
         self._running = False
         log.warning("the ACP agent exited with status %s", code)
@@ -260,6 +310,8 @@ class AcpAgentRunner:
             self._carry(bridge, bridge.agent_closed(f"the agent exited with status {code}"))
         for future in self._waiting.values():
             future.cancel()
+        # what it started (tools, a native binary) has nobody to answer to any more
+        await group.stop(self._close_timeout)
 
     def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coroutine)
@@ -352,6 +404,8 @@ class AcpAgentRunner:
         conn = self._conn
         if conn is None or not self._running:
             return
+        if self._closing and request.method == "session/prompt":
+            return  # a held prompt released while stopping: the turn ends with the agent
         try:
             result: object = await conn.send_request(request.method, dict(request.params))
         except RequestError as e:
@@ -388,7 +442,7 @@ class AcpAgentRunner:
         elif params.fork is not None:
             event.responder.error(JsonRpcErrorCode.INVALID_PARAMS,
                                   "the ACP bridge cannot fork sessions")
-        elif not self._running:
+        elif not self._running or self._closing:
             event.responder.error(JsonRpcErrorCode.INTERNAL_ERROR, "the ACP agent is not running")
         else:
             self._spawn(self._new_session(event, params))
@@ -411,11 +465,15 @@ class AcpAgentRunner:
             if self.host.has_channel(uri):
                 event.responder.error(AhpErrorCode.SESSION_ALREADY_EXISTS, f"{uri!r} exists")
                 return
+            if isinstance(e, RequestError):  # the cause is in data (e.g. an HTTP 400 body)
+                message = acp_error_message(e.code, str(e), e.data)
+            else:
+                message = str(e) or type(e).__name__
             self.host.create_session(uri, provider=self._provider,
                                      working_directories=directories)
             event.responder.respond(None)
             self.host.fail_session(uri, t.ErrorInfo(error_type="acp:session/new",
-                                                    message=str(e) or type(e).__name__))
+                                                    message=message))
             self._server.flush()
             return
         if self.host.has_channel(uri):  # taken while the agent was busy
@@ -465,8 +523,8 @@ class AcpAgentRunner:
         if bridge is None or bridge.session != uri:
             event.responder.error(AhpErrorCode.SESSION_NOT_FOUND, f"no session {uri!r}")
             return
-        # stop the agent's work for a session nobody will see
-        self._carry(bridge, bridge.dispose())
+        # stop the agent's work for a session nobody will see, and free what it holds
+        self._carry(bridge, bridge.dispose(close=self._closes_sessions))
         del self._bridges[bridge.acp_session_id]
         self._by_channel.pop(bridge.session, None)
         self._by_channel.pop(bridge.chat, None)
@@ -523,6 +581,15 @@ class AcpAgentRunner:
         old = self._announced.get(session)
         if old is not None and self.host.has_channel(session):
             self._announced[session] = self.host.announce_summary(session, old)
+
+
+def _closes_sessions(initialize_result: object) -> bool:
+    """Whether ``initialize`` advertised ``agentCapabilities.sessionCapabilities.close``
+    (any object, ``{}`` included; absent or ``null``: not)."""
+    caps = initialize_result.get("agentCapabilities") if isinstance(
+        initialize_result, Mapping) else None
+    sessions = caps.get("sessionCapabilities") if isinstance(caps, Mapping) else None
+    return isinstance(sessions, Mapping) and isinstance(sessions.get("close"), Mapping)
 
 
 def _path(uri: str) -> str | None:

@@ -500,6 +500,21 @@ class PiBridge:
         self._guard(self._tick)
         return self._drain()
 
+    def abort(self) -> PiOutput:
+        """Before the process is stopped: ``abort`` what the agent runs (nothing when idle).
+
+        pi stops a running tool's command on ``abort``; a signal instead would
+        leave that command running, orphaned.  The turn ends as the agent's
+        events say (``aborted``: ``chat/turnCancelled``), or with the end of
+        its output.
+        """
+        self._guard(self._abort_run)
+        return self._drain()
+
+    def _abort_run(self) -> None:
+        if self.busy and self._exited is None:
+            self._abort()
+
     # -- plumbing ------------------------------------------------------------------------
 
     def _frames_in(self, frames: list[JsonObject | MalformedLine]) -> PiOutput:

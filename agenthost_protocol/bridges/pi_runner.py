@@ -23,7 +23,15 @@ The session is ready once the agent answers ``get_state`` (or xcsh says
 ``ready``); an agent that cannot be spawned, or exits or stays silent
 before that, fails the session (``session/creationFailed``).  An agent that
 exits later ends its active turn with ``chat/error``.  :meth:`close` stops
-every process, bounded: stdin closed, then ``terminate``, then ``kill``.
+every process, bounded: ``abort`` when a run goes on, stdin closed, then
+SIGTERM and SIGKILL to the process's whole group.
+
+Every agent process starts in a process group of its own (a new session),
+because agents start processes too (pi's tool commands, Codex's native
+binary under its Node wrapper): signalling the direct child alone leaves
+them running, reparented to init, and holding the stdout pipe open, which
+an asyncio process's ``wait()`` waits for.  :class:`_AgentProcess` is that
+process and its bounded stopping; the ACP runner uses it as well.
 """
 
 from __future__ import annotations
@@ -33,7 +41,9 @@ import contextlib
 import itertools
 import logging
 import os
-from collections.abc import Coroutine, Mapping
+import signal
+import sys
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, Final
 from urllib.parse import unquote, urlparse
 
@@ -94,16 +104,193 @@ def _path(uri: str) -> str | None:
     return unquote(parsed.path) or None
 
 
+# -- agent processes in a group of their own ------------------------------------------------
+
+_POLL: Final = 0.02
+_STREAM_LIMIT: Final = 64 * 1024
+"""The stdout reader's buffer limit: asyncio's default (both runners read in chunks)."""
+if sys.platform == "win32":
+    _STOP_SIGNALS: Final = (signal.SIGTERM,)
+else:
+    _STOP_SIGNALS: Final = (signal.SIGTERM, signal.SIGKILL)
+
+
+async def _until(condition: Callable[[], bool], timeout: float) -> bool:
+    """Poll ``condition`` for at most ``timeout`` seconds; whether it came true."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():
+        if loop.time() >= deadline:
+            return False
+        await asyncio.sleep(_POLL)
+    return True
+
+
+class _ExitProtocol(asyncio.subprocess.SubprocessStreamProtocol):
+    """The stock protocol, telling when the process itself exited.
+
+    ``Process.wait()`` (3.11 to 3.13) also waits for every pipe to close, which
+    a grandchild that inherited stdout may never do.
+    """
+
+    def __init__(self, limit: int, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(limit=limit, loop=loop)
+        self.exited = asyncio.Event()
+
+    def process_exited(self) -> None:
+        super().process_exited()
+        self.exited.set()
+
+
+class _AgentProcess:
+    """An agent process started in a process group of its own, and its bounded stop.
+
+    :meth:`stop` closes stdin, gives the process ``step`` seconds to exit, then
+    signals the whole group (SIGTERM, then SIGKILL, ``step`` seconds each)
+    until no process of it is left, and closes the pipes, so a process that
+    left the group cannot hold the runner either.  Every wait is bounded, and
+    the process is reaped by asyncio's child watcher.
+    """
+
+    def __init__(self, process: asyncio.subprocess.Process,
+                 transport: asyncio.SubprocessTransport, protocol: _ExitProtocol) -> None:
+        self.process = process
+        self._transport = transport
+        self._protocol = protocol
+        self._stopping: asyncio.Future[int | None] | None = None
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self.process.returncode
+
+    async def wait_exit(self, timeout: float | None = None) -> bool:
+        """Wait until the process exited (not its pipes); whether it did in ``timeout``."""
+        if self.process.returncode is not None:
+            return True
+        try:
+            await asyncio.wait_for(self._protocol.exited.wait(), timeout)
+        except asyncio.TimeoutError:
+            return False
+        return True
+
+    def group_alive(self) -> bool:
+        """Whether a process of the group runs (zombies do not: a container's init
+        may never reap them)."""
+        if sys.platform == "win32":
+            return self.process.returncode is None
+        try:
+            os.killpg(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return _group_has_live_member(self.pid)
+
+    async def stop(self, step: float) -> int | None:
+        """Stop the process and its group (at most about ``4 * step`` seconds); its status.
+
+        Safe to call more than once and from several tasks: they share one stop,
+        which goes on if a caller is cancelled.
+        """
+        if self._stopping is None:
+            self._stopping = asyncio.ensure_future(self._stop(step))
+        return await asyncio.shield(self._stopping)
+
+    async def _stop(self, step: float) -> int | None:
+        stdin = self.process.stdin
+        if stdin is not None:
+            with contextlib.suppress(OSError, RuntimeError):
+                stdin.close()
+        await self.wait_exit(step)  # agents that end at EOF stop their own tools first
+        for signum in _STOP_SIGNALS:
+            if not self.group_alive():
+                break
+            self._signal(signum)
+            await _until(lambda: not self.group_alive(), step)
+        # a process that left the group may still hold a pipe: it no longer holds us
+        self._transport.close()
+        await self.wait_exit(step)
+        if self.group_alive():
+            log.warning("agent process group %s still has processes after SIGKILL", self.pid)
+        return self.process.returncode
+
+    def _signal(self, signum: int) -> None:
+        if sys.platform == "win32":  # no process groups to signal: the process itself
+            with contextlib.suppress(ProcessLookupError):
+                self.process.kill()
+            return
+        try:
+            os.killpg(self.pid, signum)
+        except ProcessLookupError:
+            pass
+        except PermissionError:  # a member changed its user: the leader at least
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signum)
+
+
+def _group_has_live_member(pgid: int) -> bool:
+    """Whether ``/proc`` shows a process of group ``pgid`` that is not a zombie.
+
+    Without ``/proc`` the answer is yes: ``killpg(pgid, 0)`` already found one.
+    """
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return True
+    wanted = str(pgid)
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # after the command name (which may hold spaces and parentheses): state ppid pgrp
+        fields = stat.rpartition(b")")[2].split()
+        if len(fields) > 2 and fields[2].decode() == wanted and fields[0] not in (b"Z", b"X"):
+            return True
+    return False
+
+
+async def _spawn_agent_process(
+    command: str,
+    args: Sequence[str],
+    *,
+    cwd: str | None,
+    env: Mapping[str, str] | None,
+    stderr: int | None,
+) -> _AgentProcess:
+    """``command args...`` with piped stdin and stdout, leading a new session (its group).
+
+    Raises ``OSError`` when it cannot be started.
+    """
+    loop = asyncio.get_running_loop()
+    transport, protocol = await loop.subprocess_exec(
+        lambda: _ExitProtocol(_STREAM_LIMIT, loop), command, *args,
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=stderr,
+        cwd=cwd, env=dict(env) if env is not None else None, start_new_session=True,
+    )
+    return _AgentProcess(asyncio.subprocess.Process(transport, protocol, loop), transport,
+                         protocol)
+
+
 class _Agent:
     """One agent process and its bridge (one AHP session, one chat)."""
 
-    def __init__(self, bridge: PiBridge, process: asyncio.subprocess.Process) -> None:
+    def __init__(self, bridge: PiBridge, group: _AgentProcess) -> None:
         self.bridge = bridge
-        self.process = process
+        self.group = group
+        self.process = group.process
         self.outbox: asyncio.Queue[bytes | None] = asyncio.Queue()
         self.ready = asyncio.Event()
         self.exited = asyncio.Event()
         self.tasks: list[asyncio.Task[None]] = []
+        self.stopping: asyncio.Task[None] | None = None
 
 
 class PiAgentRunner:
@@ -141,6 +328,8 @@ class PiAgentRunner:
         self._announced: dict[str, t.SessionSummary] = {}
         self._ids = itertools.count(1)
         self._tasks: set[asyncio.Task[None]] = set()
+        self._retiring: set[_Agent] = set()
+        """Agents being stopped (disposed sessions among them): ``close`` waits for them."""
         self._closing = False
         self._commands = {
             "createSession": self._create_session,
@@ -163,7 +352,8 @@ class PiAgentRunner:
     def processes(self) -> tuple[asyncio.subprocess.Process, ...]:
         """The agent processes still running."""
         agents = {id(a): a for a in self._agents.values()}.values()
-        return tuple(a.process for a in agents if not a.exited.is_set())
+        return tuple(a.process for a in agents
+                     if not a.exited.is_set() and a.process.returncode is None)
 
     def bridge(self, channel: str) -> PiBridge | None:
         """The bridge of an AHP session or chat URI."""
@@ -250,8 +440,7 @@ class PiAgentRunner:
                 self._carry(agent, agent.bridge.receive_data(data))
         except (OSError, ValueError) as e:
             log.warning("pi: reading the agent failed: %s", e)
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(agent.process.wait(), self._close_timeout)
+        await agent.group.wait_exit(self._close_timeout)
         code = agent.process.returncode
         agent.exited.set()
         agent.outbox.put_nowait(None)
@@ -260,6 +449,8 @@ class PiAgentRunner:
         if not self._closing:
             log.warning("pi: %s", reason)
         self._carry(agent, agent.bridge.end_of_output(reason))
+        # what it started (a tool's command) has nobody to answer to any more
+        await agent.group.stop(self._close_timeout)
 
     async def _write(self, agent: _Agent) -> None:
         stdin = agent.process.stdin
@@ -272,29 +463,35 @@ class PiAgentRunner:
             log.info("pi: writing to the agent failed: %s", e)
 
     async def _stop(self, agent: _Agent) -> None:
-        """Stop one process, bounded: EOF on stdin, then SIGTERM, then SIGKILL."""
-        process = agent.process
+        """Stop one process, bounded: ``abort`` if it runs, EOF, then its group signalled."""
+        if not agent.exited.is_set() and agent.bridge.busy:
+            # pi ends its running tool on abort; signalled instead, it leaves the tool's
+            # command running, orphaned
+            self._carry(agent, agent.bridge.abort())
+            await _until(lambda: not agent.bridge.busy or agent.exited.is_set(),
+                         self._close_timeout)
         agent.outbox.put_nowait(None)
-        if process.stdin is not None:
-            with contextlib.suppress(OSError, ConnectionError, RuntimeError):
-                process.stdin.close()
-        for step in (None, process.terminate, process.kill):
-            if process.returncode is not None:
-                break
-            if step is not None:
-                with contextlib.suppress(ProcessLookupError):
-                    step()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(process.wait(), self._close_timeout)
+        writer = agent.tasks[0] if agent.tasks else None
+        if writer is not None:  # what is queued (the abort) goes out before the EOF
+            await asyncio.wait({writer}, timeout=self._close_timeout)
+        await agent.group.stop(self._close_timeout)
         for task in agent.tasks:
             task.cancel()
         await asyncio.gather(*agent.tasks, return_exceptions=True)
 
+    def _retire(self, agent: _Agent) -> asyncio.Task[None]:
+        """The one stop of ``agent`` (started now if it was not yet)."""
+        if agent.stopping is None:
+            agent.stopping = asyncio.get_running_loop().create_task(self._stop(agent))
+            self._retiring.add(agent)
+            agent.stopping.add_done_callback(lambda _: self._retiring.discard(agent))
+        return agent.stopping
+
     async def close(self) -> None:
         """Stop every agent process and every task of the runner."""
         self._closing = True
-        agents = list({id(a): a for a in self._agents.values()}.values())
-        await asyncio.gather(*(self._stop(a) for a in agents), return_exceptions=True)
+        agents = {*self._agents.values(), *self._retiring}
+        await asyncio.gather(*(self._retire(a) for a in agents), return_exceptions=True)
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
@@ -334,19 +531,19 @@ class PiAgentRunner:
         cwd = (_path(directories[0]) if directories else None) or self._agent.cwd
         env = {**os.environ, **self._agent.env} if self._agent.env else None
         try:
-            process = await asyncio.create_subprocess_exec(
-                self._agent.command, *self._agent.args, cwd=cwd, env=env,
-                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            group = await _spawn_agent_process(
+                self._agent.command, self._agent.args, cwd=cwd, env=env,
                 stderr=None if self._agent.inherit_stderr else asyncio.subprocess.DEVNULL,
             )
         except OSError as e:
             self._fail(uri, f"cannot start {self._agent.command}: {e}")
             return
+        process = group.process
         chat = "ahp-chat:/" + uri.removeprefix("ahp-session:/")
         bridge = PiBridge(session=uri, chat=chat, clock=self.host.now,
                           new_id=lambda: f"pi-{next(self._ids)}", dialect=self._dialect,
                           provider=self._provider, confirm_tools=self._confirm_tools)
-        agent = _Agent(bridge, process)
+        agent = _Agent(bridge, group)
         self._agents[uri] = agent
         agent.tasks = [self._spawn_task(self._write(agent)), self._spawn_task(self._read(agent))]
         self._carry(agent, bridge.start())
@@ -360,7 +557,7 @@ class PiAgentRunner:
             exited.cancel()
         if not agent.ready.is_set() or not self.host.has_channel(uri):
             self._agents.pop(uri, None)
-            await self._stop(agent)
+            await asyncio.shield(self._retire(agent))
             self._fail(uri, "the agent did not answer" if not agent.exited.is_set()
                        else f"the agent exited with status {process.returncode}")
             return
@@ -391,7 +588,7 @@ class PiAgentRunner:
         agent = self._agents.pop(uri, None)
         if agent is not None:
             self._agents.pop(agent.bridge.chat, None)
-            self._spawn_task(self._stop(agent))
+            self._retire(agent)
         self.host.dispose_session(uri)
         if self._announced.pop(uri, None) is not None:
             self.host.dispatch(ROOT_CHANNEL, t.RootActiveSessionsChangedAction(

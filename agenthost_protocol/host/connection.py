@@ -158,10 +158,20 @@ class HostConnection:
     def _send_json(self, obj: object) -> None:
         self._queue(_json(obj))
 
-    def _send_result(self, request_id: t.JsonRpcId, result: object) -> None:
+    def _send_result(self, request_id: t.JsonRpcId, result: object) -> bool:
+        """Queue the answer; ``False`` when it was too large (an error went instead)."""
         self._unanswered.discard(request_id)
         # built by hand so that a ``None`` result is written ``"result": null``
-        self._send_json({"jsonrpc": "2.0", "id": request_id, "result": wire.dump(result)})
+        data = _json({"jsonrpc": "2.0", "id": request_id, "result": wire.dump(result)})
+        limit = self._host.limits.max_message_size
+        if len(data) > limit:
+            # never half-sent, never the cause of the client's disconnection
+            self._send_error(request_id, -32603, f"the answer would be a {len(data)}-byte "
+                             f"message, over the {limit}-byte limit (a chat: subscribe "
+                             "with view.turns and page with fetchTurns)", None)
+            return False
+        self._queue(data)
+        return True
 
     def _send_error(
         self, request_id: t.JsonRpcId | None, code: int, message: str, data: ErrorData | None

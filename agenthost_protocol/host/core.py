@@ -61,6 +61,7 @@ from ..versions import (
 )
 from . import sessions
 from .connection import Claim, ConnectionState, HostConnection
+from .content import CONTENT_SCHEME, ContentStore, by_reference
 from .events import (
     ClientActionApplied,
     ClientIdClaimed,
@@ -240,8 +241,31 @@ class Host:
         self._terminal_command_prefix = terminal_command_prefix
         self._telemetry = telemetry
         self._sessions = sessions.SessionBook(list_page_size)
-        self.limits = limits if limits is not None else HostLimits()
+        self._limits = limits if limits is not None else HostLimits()
+        self.content = ContentStore(max_item_bytes=self._item_limit(self._limits))
+        """Large content served by reference (:meth:`by_reference`, ``resourceRead``)."""
+
+    @property
+    def limits(self) -> HostLimits:
         """The per-connection budgets; may be replaced (an I/O layer applies its own)."""
+        return self._limits
+
+    @limits.setter
+    def limits(self, limits: HostLimits) -> None:
+        self._limits = limits
+        self.content.max_item_bytes = self._item_limit(limits)
+
+    @staticmethod
+    def _item_limit(limits: HostLimits) -> int:
+        # a stored item must fit one resourceRead answer, base64 and framing included
+        return max(1, (limits.max_message_size - 4096) * 3 // 4)
+
+    def by_reference(self, action: t.StateAction) -> t.StateAction:
+        """``action`` with every tool-result block over ``limits.inline_content_bytes``
+        stored in :attr:`content` and sent as a ``ToolResultResourceContent``
+        reference, which clients read with ``resourceRead`` (the core answers
+        it).  For what an agent produced: a chat of any size stays openable."""
+        return by_reference(action, self.content, self._limits.inline_content_bytes)
 
     # -- reading the state --
 
@@ -462,6 +486,12 @@ class Host:
             rejection_reason=rejection,
         )
         data = encode_envelope(envelope)  # may raise: nothing is taken before it succeeds
+        if len(data) > self._limits.max_message_size:
+            raise LocalProtocolError(
+                f"{action.type} on {channel} would be a {len(data)}-byte message, over the "
+                f"{self._limits.max_message_size}-byte limit no client could take "
+                "(large tool results go by reference: Host.by_reference)"
+            )
         self._seq += 1
         self._replay.append(envelope, size=len(data), only_to=only_to)
         subscribers = self._subscribers.get(channel, {})
@@ -583,6 +613,13 @@ class Host:
             self._subscribe(conn, request_id, params)
         elif isinstance(params, t.FetchTurnsParams) and self._page_view(conn, request_id, params):
             pass  # a page of the turns a view hid: the core's own cursor, the core's answer
+        elif isinstance(params, t.ResourceReadParams) and params.uri.startswith(CONTENT_SCHEME):
+            stored = self.content.read(params.uri, params.encoding)
+            if stored is None:
+                conn._send_error(request_id, AhpErrorCode.CONTENT_NOT_FOUND,
+                                 f"no content {params.uri!r}", None)
+            else:
+                conn._send_result(request_id, stored)
         else:
             responder: Responder[ClientRequestResult | None] = Responder(
                 conn, request_id, method
@@ -742,7 +779,9 @@ class Host:
             terminal_command_prefix=self._terminal_command_prefix,
             telemetry=self._telemetry,
         )
-        conn._send_result(request_id, result)
+        if not conn._send_result(request_id, result):
+            self._close(conn, "the initialize answer was over the message limit")
+            return
         self._events.append(Initialized(
             connection=conn, client_id=params.client_id, protocol_version=version
         ))
@@ -847,7 +886,9 @@ class Host:
                     self._subscribe_to(conn, uri)
                     snapshots.append(snapshot)
             result = t.ReconnectSnapshotResult(snapshots=tuple(snapshots))
-        conn._send_result(request_id, result)
+        if not conn._send_result(request_id, result):
+            self._close(conn, "the reconnect answer was over the message limit")
+            return
         listed = set(wanted)
         for session in self._active_in(params.client_id):
             if session not in listed:
@@ -870,14 +911,16 @@ class Host:
             conn._send_error(request_id, JsonRpcErrorCode.INVALID_PARAMS,
                              f"too many subscriptions: at most {cap} per connection", None)
             return
-        self._subscribe_to(conn, uri)
         snapshot = self.snapshot(uri)
         client_id = conn.client_id
         if client_id is not None:
             self._views.drop(client_id, uri)
             if snapshot is not None and params.view is not None:
                 snapshot = self._trimmed(client_id, snapshot, params.view)
-        conn._send_result(request_id, t.SubscribeResult(snapshot=snapshot))
+        if conn._send_result(request_id, t.SubscribeResult(snapshot=snapshot)):
+            self._subscribe_to(conn, uri)
+        elif client_id is not None:
+            self._views.drop(client_id, uri)
 
     def _trimmed(self, client_id: str, snapshot: t.Snapshot, view: t.SubscribeView) -> t.Snapshot:
         """``snapshot`` of a chat cut to the last ``view.turns`` turns, the cut recorded.
@@ -909,7 +952,12 @@ class Host:
             or not isinstance(state, t.ChatState)
         ):
             return False
-        self._send_hidden(params.channel, state, client_id, view, min(view.page, view.hidden))
+        try:
+            self._send_hidden(params.channel, state, client_id, view,
+                              min(view.page, view.hidden))
+        except LocalProtocolError as e:
+            conn._send_error(request_id, JsonRpcErrorCode.INTERNAL_ERROR, str(e), None)
+            return True
         conn._send_result(request_id, t.FetchTurnsResult())
         return True
 
@@ -917,7 +965,16 @@ class Host:
         self, chat: str, state: t.ChatState, client_id: str, view: sessions.View, count: int
     ) -> None:
         """Send ``client_id`` the ``count`` newest of the turns its view hides, as its own
-        ``chat/turnsLoaded``: the host's state has them already, so it is not reduced."""
+        ``chat/turnsLoaded``: the host's state has them already, so it is not reduced.
+
+        Pages too large for one message are sent in smaller ones; a single turn
+        too large raises :class:`LocalProtocolError` (nothing sent)."""
+        while count > 1:
+            turns = state.turns[view.hidden - count : view.hidden]
+            probe = t.ChatTurnsLoadedAction(turns=turns, turns_next_cursor=None)
+            if len(wire.dumps(probe)) < self._limits.max_message_size - 4096:
+                break
+            count //= 2
         left = view.hidden - count
         turns = state.turns[left : view.hidden]
         if left:
@@ -947,7 +1004,10 @@ class Host:
                 turn.id == action.turn_id for turn in state.turns[: view.hidden]
             ):
                 continue
-            self._send_hidden(chat, state, client_id, view, view.hidden)
+            left: sessions.View | None = view
+            while left is not None:  # in pages when all of them would not fit one message
+                self._send_hidden(chat, state, client_id, left, left.hidden)
+                left = self._views.get(client_id, chat)
 
     def _client_action(self, conn: HostConnection, params: t.DispatchActionParams) -> None:
         state = self._states.get(params.channel)

@@ -32,7 +32,16 @@ class HostLimits:
     """``reconnect`` requests one connection may send in any 60 s (each may
     cost a replay or every snapshot); the first one of a new connection
     counts too."""
+    max_message_size: int = 16 * 1024 * 1024
+    """The largest message the host sends (what its clients accept: the
+    library's own client takes 16 MiB by default).  An action whose envelope
+    would be larger is refused at dispatch; a result that would be larger is
+    answered with an error instead; nothing is ever half-sent."""
+    inline_content_bytes: int = 256 * 1024
+    """The largest tool-result block kept inline by :meth:`Host.by_reference`;
+    a larger one is stored and sent as a reference (``resourceRead``)."""
 
     def __attrs_post_init__(self) -> None:
-        if self.max_subscriptions < 1 or self.max_reconnects_per_minute < 1:
+        if min(self.max_subscriptions, self.max_reconnects_per_minute,
+               self.max_message_size, self.inline_content_bytes) < 1:
             raise LocalProtocolError("the host limits must be positive")

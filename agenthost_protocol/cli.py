@@ -172,6 +172,13 @@ def _positive_seconds(text: str) -> float:
 _AGENTS = ("demo", "acp", "pi", "xcsh")
 
 
+def _agent_choice(text: str) -> str:
+    if text in _AGENTS or ":" in text:
+        return text
+    raise argparse.ArgumentTypeError(
+        f"invalid choice: {text!r} (choose from {', '.join(_AGENTS)}, or MODULE:ATTR)")
+
+
 def _add_serve(sub: Any) -> argparse.ArgumentParser:
     serve: argparse.ArgumentParser = sub.add_parser(
         "serve",
@@ -261,10 +268,12 @@ def _add_serve(sub: Any) -> argparse.ArgumentParser:
                         default=defaults.max_reconnects_per_minute, metavar="N",
                         help="reconnect requests one connection may send per minute "
                         f"(default {defaults.max_reconnects_per_minute})")
-    serve.add_argument("--agent", choices=_AGENTS, default="demo",
+    serve.add_argument("--agent", type=_agent_choice, default="demo",
+                       metavar="{demo,acp,pi,xcsh,MODULE:ATTR}",
                        help="the agent: the built-in demo (default, no COMMAND), an ACP agent "
-                       "(needs the acp extra), a pi or an xcsh agent in RPC mode; the last "
-                       "three need COMMAND")
+                       "(needs the acp extra), a pi or an xcsh agent in RPC mode (these three "
+                       "need COMMAND), or MODULE:ATTR, an agenthost_protocol.agent.Agent "
+                       "importable from the current directory (docs/agents.md)")
     serve.add_argument("agent_command", nargs=argparse.REMAINDER, metavar="COMMAND",
                        help="after --: the agent's command line, e.g. -- pi --mode rpc "
                        "--no-session")
@@ -311,10 +320,23 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     command = list(args.agent_command)
     if command[:1] == ["--"]:  # argparse keeps the separator in a REMAINDER
         command = command[1:]
-    if args.agent == "demo" and command:
+    agent_object = None
+    if ":" in args.agent:
+        if command:
+            parser.error(f"--agent {args.agent} takes no command")
+        # as `python -m` would: a module of the current directory is importable
+        if os.getcwd() not in sys.path:
+            sys.path.insert(0, os.getcwd())
+        from .agent.run import load_agent  # noqa: PLC0415
+
+        try:
+            agent_object = load_agent(args.agent)
+        except ValueError as e:
+            parser.error(f"--agent {args.agent}: {e}")
+    elif args.agent == "demo" and command:
         parser.error(f"the demo agent takes no command (got {' '.join(command)!r}); "
                      "use --agent acp, pi or xcsh to run an agent process")
-    if args.agent != "demo" and not command:
+    if agent_object is None and args.agent != "demo" and not command:
         parser.error(f"--agent {args.agent} needs the agent's command line after --, "
                      f"e.g. serve --agent {args.agent} -- COMMAND ARGS")
     token = _read_token(args, parser)
@@ -355,7 +377,8 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             max_subscriptions=args.max_subscriptions,
             max_reconnects_per_minute=args.max_reconnects_per_minute,
         ),
-        agent=args.agent,
+        agent=args.agent if agent_object is None else "demo",
+        agent_object=agent_object,
         agent_command=tuple(command),
         token=token,
         no_token=args.no_token,

@@ -15,7 +15,9 @@ protocol decides stays in :mod:`agenthost_protocol.host` and
   any reader/writer pair;
 * :class:`DemoPacer`: the demo agent's turns played on the event loop;
 * :class:`AsyncClient`, :func:`connect`, :func:`connect_stdio`: the asyncio
-  client (typed awaitable requests, events, a reconnect supervisor).
+  client (typed awaitable requests, events, a reconnect supervisor);
+* :func:`connected_client`, :class:`MemoryOpener`, :class:`MemoryLink`: a
+  host and a client in one process, no sockets, links a test can break.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ if TYPE_CHECKING:
         connect_stdio,
     )
     from .demo import DemoPacer
+    from .memory import MemoryLink, MemoryOpener, connected_client
     from .server import (
         CloseReason,
         EndOfStream,
@@ -62,6 +65,8 @@ __all__ = [
     "EventHandler",
     "HostServer",
     "LineStream",
+    "MemoryLink",
+    "MemoryOpener",
     "MessageRefused",
     "MessageStream",
     "ReconnectPolicy",
@@ -73,6 +78,7 @@ __all__ = [
     "WebSocketStream",
     "connect",
     "connect_stdio",
+    "connected_client",
     "serve_stdio",
     "serve_streams",
     "serve_websocket",
@@ -87,6 +93,7 @@ _MODULE_OF = {
         ".client",
     ),
     "DemoPacer": ".demo",
+    **dict.fromkeys(("MemoryLink", "MemoryOpener", "connected_client"), ".memory"),
     **dict.fromkeys(
         ("CloseReason", "EndOfStream", "EventHandler", "HostServer", "MessageRefused",
          "MessageStream", "ServerLimits"),

@@ -89,6 +89,9 @@ class ServeOptions:
     """WebSocket ping frames (``None``: off); AHP's own keepalive is the client's ``ping``."""
     limits: ServerLimits = field(factory=ServerLimits)
     agent: AgentKind = field(default=AgentKind.DEMO, converter=AgentKind)
+    agent_object: object = field(default=None, hash=False, repr=False)
+    """An :class:`~agenthost_protocol.agent.Agent` to serve instead of ``agent``
+    (``serve --agent module:attr``)."""
     agent_command: tuple[str, ...] = field(default=(), converter=tuple)
     """``COMMAND ARGS...`` of the agent process: none for the demo, required otherwise."""
     agent_env: Mapping[str, str] | None = field(default=None, hash=False)
@@ -179,6 +182,10 @@ def build_server(
     command cannot be found or run, and ``ImportError`` when the ACP agent's
     extra (``agent-client-protocol``) is missing.
     """
+    if options.agent_object is not None:
+        from ..agent.run import build_agent_server  # noqa: PLC0415
+
+        return build_agent_server(options.agent_object, options, clock)
     kind = options.agent
     if kind is AgentKind.DEMO:
         if options.agent_command:

@@ -1,0 +1,376 @@
+"""The protocol side of an :class:`~agenthost_protocol.agent.Agent`: :class:`AgentDriver`.
+
+It is a :class:`~agenthost_protocol.aio.HostServer`'s event handler and does
+what every agent needs and none should write:
+
+* ``createSession`` (ready, with a default chat, the active client set),
+  ``disposeSession``, ``createChat`` (forks and side chats), ``disposeChat``,
+  ``listSessions``, ``fetchTurns``; the small commands answered with empty
+  results; anything else -32601.  Every request is answered.
+* a task per turn running the agent's ``turn`` coroutine, cancelled when a
+  client cancels the turn, a new turn replaces it or its chat goes away; a
+  normal return ends the turn (``chat/turnComplete`` with its duration), an
+  exception fails it (``chat/error`` with its text, the traceback logged),
+  and the host goes on.  Queued messages start the next turn.
+* confirmations and input requests as futures the turn awaits; session
+  summaries kept in step (``session/chatUpdated``,
+  ``root/sessionSummaryChanged``, ``activeSessions``); large tool outputs
+  sent by reference; the server flushed after every step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from .. import types as t
+from ..channels import ROOT_CHANNEL, ChannelKind, channel_kind
+from ..errors import LocalProtocolError
+from ..host import ClientActionApplied, Event, Host, RequestReceived
+from ..host.sessions import iso
+from ..types.error_codes import AhpErrorCode, JsonRpcErrorCode
+from .base import Agent
+from .turn import Turn
+
+__all__ = ["AgentDriver"]
+
+log = logging.getLogger(__name__)
+
+
+class AgentDriver:
+    """Drives ``agent`` on ``host``; ``flush`` sends what the host queued (the
+    server's ``flush``).  Install :meth:`handle` as the server's handler."""
+
+    def __init__(self, agent: Agent, host: Host, flush: Callable[[], None]) -> None:
+        self.agent = agent
+        self.host = host
+        self._flush = flush
+        self._tasks: dict[str, tuple[str, asyncio.Task[None]]] = {}
+        """chat -> (turn id, the task playing it)."""
+        self._owner: dict[str, str] = {}
+        """chat -> its session."""
+        self._announced: dict[str, t.SessionSummary] = {}
+        self._confirmations: dict[tuple[str, str, str], asyncio.Future[bool]] = {}
+        self._inputs: dict[tuple[str, str], asyncio.Future[t.ChatInputCompletedAction]] = {}
+        self._turns = 0
+        self._closed = False
+        self._commands: dict[str, Callable[[RequestReceived], None]] = {
+            "createSession": self._create_session,
+            "disposeSession": self._dispose_session,
+            "createChat": self._create_chat,
+            "disposeChat": self._dispose_chat,
+            "listSessions": host.answer_list_sessions,
+            "fetchTurns": lambda event: host.fetch_turns(event, ()),
+            "completions": lambda event: event.responder.respond(t.CompletionsResult(items=())),
+            "resolveSessionConfig": lambda event: event.responder.respond(
+                t.ResolveSessionConfigResult(schema=t.SessionConfigSchema(properties={}),
+                                             values={})),
+            "sessionConfigCompletions": lambda event: event.responder.respond(
+                t.SessionConfigCompletionsResult(items=())),
+        }
+
+    @property
+    def playing(self) -> int:
+        """Turns whose task runs now."""
+        return len(self._tasks)
+
+    # -- the server's handler ---------------------------------------------------------
+
+    def handle(self, event: Event) -> None:
+        if isinstance(event, RequestReceived):
+            command = self._commands.get(event.method)
+            if command is None:
+                event.responder.error(JsonRpcErrorCode.METHOD_NOT_FOUND,
+                                      f"this agent does not support {event.method}")
+                return
+            command(event)
+            if not event.responder.answered:
+                log.error("%s was left unanswered by the agent layer; answered "
+                          "InternalError", event.method)
+                event.responder.error(JsonRpcErrorCode.INTERNAL_ERROR,
+                                      f"{event.method} was not answered")
+        elif isinstance(event, ClientActionApplied):
+            self._client_action(event.envelope)
+
+    def _client_action(self, envelope: t.ActionEnvelope) -> None:
+        uri, action = envelope.channel, envelope.action
+        kind = channel_kind(uri)
+        if kind is ChannelKind.SESSION:
+            self._announce(uri)
+            return
+        if kind is not ChannelKind.CHAT:
+            return
+        self._mirror(uri)
+        match action:
+            case t.ChatTurnStartedAction(turn_id=turn_id, message=message):
+                self._start(uri, turn_id, message)
+            case t.ChatTurnCancelledAction(turn_id=turn_id):
+                self._stop(uri, turn_id)
+            case t.ChatToolCallApprovedAction(turn_id=turn_id, tool_call_id=call_id):
+                self._decide(uri, turn_id, call_id, True)
+            case t.ChatToolCallDeniedAction(turn_id=turn_id, tool_call_id=call_id):
+                self._decide(uri, turn_id, call_id, False)
+            case t.ChatInputCompletedAction(request_id=request_id):
+                future = self._inputs.pop((uri, request_id), None)
+                if future is not None and not future.done():
+                    future.set_result(action)
+            case _:
+                pass
+        self._consume_queued(uri)
+
+    # -- dispatching (what the Turn uses) ---------------------------------------------
+
+    def dispatch_chat(self, chat: str, action: t.StateAction) -> None:
+        """Dispatch an agent's chat action (large content by reference), keep the
+        catalogue and summaries in step, and send it."""
+        self.host.dispatch(chat, self.host.by_reference(action))
+        self._mirror(chat)
+        self._flush()
+
+    def dispatch_session(self, session: str, action: t.StateAction) -> None:
+        self.host.dispatch(session, action)
+        self._announce(session)
+        self._flush()
+
+    def expect_confirmation(self, chat: str, turn_id: str,
+                            call_id: str) -> asyncio.Future[bool]:
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._confirmations[(chat, turn_id, call_id)] = future
+        return future
+
+    def expect_input(self, chat: str,
+                     request_id: str) -> asyncio.Future[t.ChatInputCompletedAction]:
+        future: asyncio.Future[t.ChatInputCompletedAction] = (
+            asyncio.get_running_loop().create_future())
+        self._inputs[(chat, request_id)] = future
+        return future
+
+    def _decide(self, chat: str, turn_id: str, call_id: str, approved: bool) -> None:
+        future = self._confirmations.pop((chat, turn_id, call_id), None)
+        if future is not None and not future.done():
+            future.set_result(approved)
+
+    def _mirror(self, chat: str) -> None:
+        session = self._owner.get(chat)
+        if session is not None and self.host.has_channel(session):
+            self.host.mirror_chat(session, chat)
+            self._announce(session)
+
+    def _announce(self, session: str) -> None:
+        old = self._announced.get(session)
+        if old is not None and self.host.has_channel(session):
+            self._announced[session] = self.host.announce_summary(session, old)
+
+    def _count_sessions(self) -> None:
+        self.host.dispatch(ROOT_CHANNEL, t.RootActiveSessionsChangedAction(
+            active_sessions=len(self._announced)))
+
+    # -- turns --------------------------------------------------------------------------
+
+    def _start(self, chat: str, turn_id: str, message: t.Message) -> None:
+        if self._closed:
+            return
+        old = self._tasks.pop(chat, None)
+        if old is not None:
+            old[1].cancel()
+        session = self._owner.get(chat)
+        if session is None:
+            return
+        state = self.host.state(session)
+        if isinstance(state, t.SessionState) and not state.title and message.text.strip():
+            self.host.dispatch(session, t.SessionTitleChangedAction(
+                title=_title(message.text)))
+            self._announce(session)
+        turn = Turn(self, session=session, chat=chat, turn_id=turn_id, message=message,
+                    started_ms=self.host.now())
+        task = asyncio.get_running_loop().create_task(self._play(turn))
+        self._tasks[chat] = (turn_id, task)
+
+    def _stop(self, chat: str, turn_id: str | None = None) -> None:
+        entry = self._tasks.get(chat)
+        if entry is not None and (turn_id is None or entry[0] == turn_id):
+            del self._tasks[chat]
+            entry[1].cancel()
+        for call in [k for k in self._confirmations if k[0] == chat]:
+            self._confirmations.pop(call).cancel()
+        for ask in [k for k in self._inputs if k[0] == chat]:
+            self._inputs.pop(ask).cancel()
+
+    def _live(self, turn: Turn) -> bool:
+        state = self.host.state(turn.chat) if self.host.has_channel(turn.chat) else None
+        return (isinstance(state, t.ChatState) and state.active_turn is not None
+                and state.active_turn.id == turn.id)
+
+    async def _play(self, turn: Turn) -> None:
+        try:
+            await self.agent.turn(turn)
+        except asyncio.CancelledError:
+            return  # a client's cancel (or a newer turn) ended it: the state says so already
+        except Exception as e:
+            log.exception("the agent failed in turn %s of %s", turn.id, turn.chat)
+            if self._live(turn):
+                text = str(e) or type(e).__name__
+                self._end(turn, t.ChatErrorAction(
+                    turn_id=turn.id, duration=self._duration(turn),
+                    error=t.ErrorInfo(error_type=type(e).__name__, message=text)))
+        else:
+            if self._live(turn):
+                self._end(turn, t.ChatTurnCompleteAction(turn_id=turn.id,
+                                                         duration=self._duration(turn)))
+        finally:
+            entry = self._tasks.get(turn.chat)
+            if entry is not None and entry[1] is asyncio.current_task():
+                del self._tasks[turn.chat]
+                self._consume_queued(turn.chat)
+                self._flush()
+
+    def _duration(self, turn: Turn) -> int:
+        return max(0, self.host.now() - turn.started_ms)
+
+    def _end(self, turn: Turn, action: t.StateAction) -> None:
+        try:
+            self.dispatch_chat(turn.chat, action)
+        except LocalProtocolError:
+            log.exception("could not end turn %s of %s", turn.id, turn.chat)
+
+    def _consume_queued(self, chat: str) -> None:
+        state = self.host.state(chat) if self.host.has_channel(chat) else None
+        if (not isinstance(state, t.ChatState) or state.active_turn is not None
+                or not state.queued_messages or chat in self._tasks or self._closed):
+            return
+        first = state.queued_messages[0]
+        self.host.dispatch(chat, t.ChatPendingMessageRemovedAction(
+            kind=t.PendingMessageKind.QUEUED, id=first.id))
+        self._server_turn(chat, first.message, queued_id=first.id)
+
+    def _server_turn(self, chat: str, message: t.Message, *, queued_id: str | None = None) -> None:
+        """Start a turn the host begins itself (a queued message, a chat's initial one)."""
+        state = self.host.state(chat)
+        if not isinstance(state, t.ChatState):
+            return
+        taken = {turn.id for turn in state.turns}
+        while True:
+            self._turns += 1
+            turn_id = f"turn-{self._turns}"
+            if turn_id not in taken:
+                break
+        self.dispatch_chat(chat, t.ChatTurnStartedAction(
+            turn_id=turn_id, started_at=iso(self.host.now()), message=message,
+            queued_message_id=queued_id))
+        self._start(chat, turn_id, message)
+
+    # -- commands -----------------------------------------------------------------------
+
+    def _create_session(self, event: RequestReceived) -> None:
+        params = event.params
+        if not isinstance(params, t.CreateSessionParams):
+            raise LocalProtocolError(f"{event.method} is not createSession")
+        uri = params.channel
+        provider = type(self.agent).provider
+        if channel_kind(uri) is not ChannelKind.SESSION:
+            event.responder.error(JsonRpcErrorCode.INVALID_PARAMS,
+                                  f"{uri!r} is not a session URI (ahp-session:/<id>)")
+            return
+        if self.host.has_channel(uri):
+            event.responder.error(AhpErrorCode.SESSION_ALREADY_EXISTS, f"{uri!r} exists")
+            return
+        if params.provider is not None and params.provider != provider:
+            event.responder.error(AhpErrorCode.PROVIDER_NOT_FOUND,
+                                  f"no provider {params.provider!r}; this host has {provider!r}")
+            return
+        if params.fork is not None:
+            event.responder.error(JsonRpcErrorCode.INVALID_PARAMS,
+                                  "this agent cannot fork sessions (fork a chat instead)")
+            return
+        directories = params.working_directories[:1] if params.working_directories else None
+        self.host.create_session(uri, provider=provider, working_directories=directories)
+        event.responder.respond(None)
+        chat = self._free_chat_uri(uri)
+        self._owner[chat] = uri
+        self._announced[uri] = self.host.ready_session(uri, default_chat=chat)
+        if params.active_client is not None:
+            self.host.dispatch(uri, t.SessionActiveClientSetAction(
+                active_client=params.active_client))
+        self._count_sessions()
+        if params.progress_token is not None:
+            self.host.notify("root/progress", t.ProgressParams(
+                channel=ROOT_CHANNEL, progress_token=params.progress_token, progress=1,
+                total=1))
+        self._hook(self.agent.session_created, uri)
+
+    def _free_chat_uri(self, session: str) -> str:
+        base = "ahp-chat:/" + session.removeprefix("ahp-session:/")
+        uri, n = base, 1
+        while self.host.has_channel(uri):
+            n += 1
+            uri = f"{base}-{n}"
+        return uri
+
+    def _dispose_session(self, event: RequestReceived) -> None:
+        params = event.params
+        if not isinstance(params, t.DisposeSessionParams):
+            raise LocalProtocolError(f"{event.method} is not disposeSession")
+        uri = params.channel
+        if not isinstance(self.host.state(uri) if self.host.has_channel(uri) else None,
+                          t.SessionState):
+            event.responder.error(AhpErrorCode.SESSION_NOT_FOUND, f"no session {uri!r}")
+            return
+        for chat in [c for c, owner in self._owner.items() if owner == uri]:
+            del self._owner[chat]
+            self._stop(chat)
+        self.host.dispose_session(uri)
+        if self._announced.pop(uri, None) is not None:
+            self._count_sessions()
+        event.responder.respond(None)
+        self._hook(self.agent.session_disposed, uri)
+
+    def _create_chat(self, event: RequestReceived) -> None:
+        params = event.params
+        if not isinstance(params, t.CreateChatParams):
+            raise LocalProtocolError(f"{event.method} is not createChat")
+        if self.host.answer_create_chat(event) is None:
+            return
+        self._owner[params.chat] = params.channel
+        self._announce(params.channel)
+        if params.initial_message is not None:
+            self._server_turn(params.chat, params.initial_message)
+
+    def _dispose_chat(self, event: RequestReceived) -> None:
+        params = event.params
+        if not isinstance(params, t.DisposeChatParams):
+            raise LocalProtocolError(f"{event.method} is not disposeChat")
+        self._stop(params.channel)
+        session = self._owner.get(params.channel)
+        if self.host.answer_dispose_chat(event):
+            self._owner.pop(params.channel, None)
+            if session is not None:
+                self._announce(session)
+
+    def _hook(self, hook: Callable[[str], None], uri: str) -> None:
+        try:
+            hook(uri)
+        except Exception:
+            log.exception("the agent's %s hook failed", getattr(hook, "__name__", "session"))
+
+    # -- the end ------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Cancel every turn (they stay as they are in the host's state) and wait."""
+        self._closed = True
+        tasks = [task for _, task in self._tasks.values()]
+        self._tasks.clear()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for decision in self._confirmations.values():
+            decision.cancel()
+        for answer in self._inputs.values():
+            answer.cancel()
+        self._confirmations.clear()
+        self._inputs.clear()
+
+
+def _title(text: str, limit: int = 80) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"

@@ -1,0 +1,99 @@
+"""Serving an :class:`~agenthost_protocol.agent.Agent` in one call: :func:`run`.
+
+``run(agent)`` is ``agenthost-protocol serve`` with ``agent`` as its agent:
+the same access token, limits, signals and shutdown; ``serve --agent
+module:attr`` does the same from the command line.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from .. import types as t
+from .._version import __version__
+from ..host import Host
+from .base import Agent
+from .driver import AgentDriver
+
+if TYPE_CHECKING:
+    from ..aio.serve import ServeOptions
+    from ..aio.server import HostServer
+
+__all__ = ["AgentService", "build_agent_server", "load_agent", "run"]
+
+
+class AgentService:
+    """An agent with its driver, as ``serve`` starts and stops it."""
+
+    def __init__(self, agent: Agent, driver: AgentDriver) -> None:
+        self.agent = agent
+        self.driver = driver
+
+    async def start(self) -> None:
+        await self.agent.start()
+
+    async def close(self) -> None:
+        await self.driver.close()
+        await self.agent.close()
+
+
+def build_agent_server(
+    agent: object, options: ServeOptions, clock: Callable[[], int]
+) -> tuple[HostServer, AgentService]:
+    """A :class:`~agenthost_protocol.aio.HostServer` whose host runs ``agent``."""
+    from ..aio.server import HostServer  # noqa: PLC0415  (asyncio only when serving)
+
+    if not isinstance(agent, Agent):
+        raise ValueError(f"{agent!r} is not an agenthost_protocol.agent.Agent")
+    host = Host(
+        clock=clock,
+        server_info=t.Implementation(name="agenthost-protocol", version=__version__),
+        root=t.RootState(agents=(agent.info(),), active_sessions=0),
+        replay_max_envelopes=options.replay_window,
+    )
+    server = HostServer(host, limits=options.limits)
+    driver = AgentDriver(agent, host, server.flush)
+    server.handler = driver.handle
+    return server, AgentService(agent, driver)
+
+
+def load_agent(spec: str) -> Agent:
+    """The agent named by ``module:attr`` (an :class:`Agent` instance, or a class
+    made with no arguments); ``ValueError`` with what is wrong."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"{spec!r} is not module:attr")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ValueError(f"cannot import {module_name!r}: {e}") from e
+    value: object = module
+    for name in attr.split("."):
+        if not hasattr(value, name):
+            raise ValueError(f"{module_name!r} has no {attr!r}")
+        value = getattr(value, name)
+    if isinstance(value, type) and issubclass(value, Agent):
+        value = value()
+    if not isinstance(value, Agent):
+        raise ValueError(f"{spec} is a {type(value).__name__}, not an Agent")
+    return value
+
+
+def run(
+    agent: Agent,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    stdio: bool = False,
+    token: str | None = None,
+    no_token: bool = False,
+) -> int:
+    """Serve ``agent`` until SIGINT/SIGTERM (or, with ``stdio``, the end of stdin);
+    prints ``serving ws://HOST:PORT/?token=...`` first.  Returns the exit status."""
+    from ..aio.serve import ServeOptions  # noqa: PLC0415
+    from ..aio.serve import run as serve  # noqa: PLC0415
+
+    return serve(ServeOptions(host=host, port=port, stdio=stdio, token=token, no_token=no_token,
+                              agent_object=agent))

@@ -1,0 +1,199 @@
+"""What an agent's turn coroutine is given: :class:`Turn`, and :class:`ToolCall` handles.
+
+Everything here dispatches through the host, keeps the session's summary in
+step and flushes the server, so that every subscriber sees each step as it
+happens.  The coroutine is cancelled (``asyncio.CancelledError``) when a
+client cancels the turn, a newer turn replaces it, or its chat goes away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from .. import types as t
+from ..host.sessions import iso
+
+if TYPE_CHECKING:
+    from .driver import AgentDriver
+
+__all__ = ["ToolCall", "Turn"]
+
+JsonValue = object
+
+
+class Turn:
+    """One turn of one chat, as the agent's ``turn`` coroutine sees it."""
+
+    def __init__(self, driver: AgentDriver, *, session: str, chat: str, turn_id: str,
+                 message: t.Message, started_ms: int) -> None:
+        self._driver = driver
+        self.session = session
+        """The session's URI."""
+        self.chat = chat
+        """The chat's URI."""
+        self.id = turn_id
+        """The turn's id."""
+        self.message = message
+        """The user's message: ``text``, ``attachments``, ``model``, ``agent`` ..."""
+        self.started_ms = started_ms
+        self._parts = 0
+        self._markdown: str | None = None
+        self._reasoning: str | None = None
+        self._calls = 0
+        self._asks = 0
+
+    @property
+    def text(self) -> str:
+        """The message's text."""
+        return self.message.text
+
+    @property
+    def attachments(self) -> tuple[t.MessageAttachment, ...]:
+        return self.message.attachments or ()
+
+    @property
+    def model(self) -> str | None:
+        """The model the user picked for this message (its id), if any."""
+        selection = self.message.model
+        return None if selection is None else selection.id
+
+    def _dispatch(self, action: t.StateAction) -> None:
+        self._driver.dispatch_chat(self.chat, action)
+
+    def _part_id(self, kind: str) -> str:
+        self._parts += 1
+        return f"{self.id}.{kind}{self._parts}"
+
+    async def stream(self, text: str) -> None:
+        """Append ``text`` to the reply (a markdown part, started on the first call
+        and after anything else was added)."""
+        if not text:
+            return
+        if self._markdown is None:
+            self._markdown = self._part_id("md")
+            self._reasoning = None
+            self._dispatch(t.ChatResponsePartAction(
+                turn_id=self.id, part=t.MarkdownResponsePart(id=self._markdown, content="")))
+        self._dispatch(t.ChatDeltaAction(turn_id=self.id, part_id=self._markdown, content=text))
+        await asyncio.sleep(0)  # let the writers send it: a loop of streams still streams
+
+    async def reasoning(self, text: str) -> None:
+        """Append ``text`` to the agent's visible reasoning (a reasoning part)."""
+        if not text:
+            return
+        if self._reasoning is None:
+            self._reasoning = self._part_id("reasoning")
+            self._markdown = None
+            self._dispatch(t.ChatResponsePartAction(
+                turn_id=self.id, part=t.ReasoningResponsePart(id=self._reasoning, content="")))
+        self._dispatch(t.ChatReasoningAction(turn_id=self.id, part_id=self._reasoning,
+                                             content=text))
+        await asyncio.sleep(0)
+
+    async def tool(
+        self,
+        name: str,
+        input: Mapping[str, JsonValue] | str | None = None,
+        *,
+        display_name: str | None = None,
+        message: str | None = None,
+        confirm: bool = False,
+        confirmation_title: str | None = None,
+    ) -> ToolCall:
+        """Start a tool call and return its handle once it may run.
+
+        With ``confirm``, the call waits for a client's approval (the
+        session shows ``InputNeeded`` meanwhile); ``call.approved`` says the
+        decision (a denied call is cancelled already).  Without it the call
+        runs at once.  Finish it with :meth:`ToolCall.complete` or
+        :meth:`ToolCall.fail`; one left open is cancelled when the turn ends.
+        """
+        self._calls += 1
+        self._markdown = self._reasoning = None
+        call_id = f"{self.id}.tool{self._calls}"
+        label = display_name if display_name is not None else name
+        invocation = message if message is not None else f"Running {label}"
+        tool_input = input if isinstance(input, str) or input is None else json.dumps(
+            dict(input), ensure_ascii=False)
+        self._dispatch(t.ChatToolCallStartAction(turn_id=self.id, tool_call_id=call_id,
+                                                 tool_name=name, display_name=label))
+        call = ToolCall(self, call_id)
+        if not confirm:
+            self._dispatch(t.ChatToolCallReadyAction(
+                turn_id=self.id, tool_call_id=call_id, invocation_message=invocation,
+                tool_input=tool_input, confirmed=t.ToolCallConfirmationReason.NOT_NEEDED))
+            call.approved = True
+            return call
+        decision = self._driver.expect_confirmation(self.chat, self.id, call_id)
+        self._dispatch(t.ChatToolCallReadyAction(
+            turn_id=self.id, tool_call_id=call_id, invocation_message=invocation,
+            tool_input=tool_input,
+            confirmation_title=confirmation_title if confirmation_title is not None
+            else f"Run {label}?"))
+        call.approved = await decision
+        return call
+
+    async def ask(
+        self,
+        message: str,
+        questions: tuple[t.ChatInputQuestion, ...] | None = None,
+    ) -> t.ChatInputCompletedAction:
+        """Ask the user (an input request; ``InputNeeded`` meanwhile) and return how a
+        client completed it: its ``response`` (accept, decline, cancel) and ``answers``."""
+        self._asks += 1
+        self._markdown = self._reasoning = None
+        request_id = f"{self.id}.ask{self._asks}"
+        answer = self._driver.expect_input(self.chat, request_id)
+        self._dispatch(t.ChatInputRequestedAction(request=t.ChatInputRequest(
+            id=request_id, message=message, questions=questions)))
+        return await answer
+
+    async def usage(self, *, input_tokens: int | None = None,
+                    output_tokens: int | None = None, model: str | None = None) -> None:
+        """Report the turn's token usage so far (it replaces what was reported)."""
+        self._dispatch(t.ChatUsageAction(turn_id=self.id, usage=t.UsageInfo(
+            input_tokens=input_tokens, output_tokens=output_tokens, model=model)))
+        await asyncio.sleep(0)
+
+    async def title(self, title: str) -> None:
+        """Set the session's title."""
+        self._driver.dispatch_session(self.session, t.SessionTitleChangedAction(title=title))
+        await asyncio.sleep(0)
+
+    def now_iso(self) -> str:
+        return iso(self._driver.host.now())
+
+
+class ToolCall:
+    """A tool call of a :class:`Turn`, once it may run (or was denied)."""
+
+    def __init__(self, turn: Turn, call_id: str) -> None:
+        self._turn = turn
+        self.id = call_id
+        self.approved = False
+        """Whether it may run: approved by a client, or needing no approval."""
+
+    async def complete(self, output: str | tuple[t.ToolResultContent, ...] = "", *,
+                       past_tense: str = "Done") -> None:
+        """The tool succeeded with ``output`` (text, or content blocks; a large output
+        is stored by the host and sent by reference)."""
+        await self._finish(True, output, past_tense, None)
+
+    async def fail(self, error: str, *, past_tense: str = "Failed") -> None:
+        """The tool failed with ``error``."""
+        await self._finish(False, "", past_tense, t.ToolCallError(message=error))
+
+    async def _finish(self, success: bool, output: str | tuple[t.ToolResultContent, ...],
+                      past_tense: str, error: t.ToolCallError | None) -> None:
+        content: tuple[t.ToolResultContent, ...] | None
+        if isinstance(output, str):
+            content = (t.ToolResultTextContent(text=output),) if output else None
+        else:
+            content = output or None
+        self._turn._dispatch(t.ChatToolCallCompleteAction(
+            turn_id=self._turn.id, tool_call_id=self.id, result=t.ToolCallResult(
+                success=success, past_tense_message=past_tense, content=content, error=error)))
+        await asyncio.sleep(0)

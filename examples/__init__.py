@@ -1,0 +1,1 @@
+"""Runnable examples (CI runs each one; see examples/README.md)."""

@@ -1,0 +1,293 @@
+"""Issue 19: the agent layer (``agenthost_protocol.agent``), tested in memory.
+
+Every test but the last runs a real ``HostServer`` and a real ``AsyncClient``
+over the in-memory pair (``aio.memory``); the last runs ``serve --agent
+examples.reverse:agent`` and ``chat`` as a user would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+
+from agenthost_protocol import methods
+from agenthost_protocol import types as t
+from agenthost_protocol.agent import Agent, Turn, build_agent_server, load_agent
+from agenthost_protocol.aio import AsyncClient, MemoryOpener, ServerLimits, connected_client
+from agenthost_protocol.aio.client import RequestError
+from agenthost_protocol.aio.serve import ServeOptions
+from examples.reverse import Reverse
+
+from ._aio_hosts import run
+from ._aio_peer import TIMEOUT, child_env, serving
+
+USER = t.MessageOrigin(kind=t.MessageKind.USER)
+SESSION = "ahp-session:/s"
+REPO = Path(__file__).resolve().parent.parent
+
+
+def clock() -> int:
+    return 1_767_225_600_000
+
+
+@asynccontextmanager
+async def agent_client(agent: Agent, opener: MemoryOpener | None = None,
+                       **options: object) -> AsyncIterator[tuple[AsyncClient, str]]:
+    server, service = build_agent_server(agent, ServeOptions(limits=ServerLimits()), clock)
+    await service.start()
+    try:
+        async with connected_client(server, opener=opener, **options) as client:  # type: ignore[arg-type]
+            await client.initialize(["ahp-root://"])
+            await client.create_session(SESSION)
+            snapshot = await client.subscribe(SESSION)
+            assert snapshot is not None and isinstance(snapshot.state, t.SessionState)
+            chat = snapshot.state.default_chat
+            assert chat is not None
+            await client.subscribe(chat)
+            yield client, chat
+    finally:
+        await service.close()
+        await server.close()
+
+
+async def start_turn(client: AsyncClient, chat: str, text: str, turn_id: str = "t1") -> None:
+    await client.dispatch(chat, t.ChatTurnStartedAction(
+        turn_id=turn_id, started_at="2026-01-01T00:00:00.000Z",
+        message=t.Message(text=text, origin=USER)))
+
+
+async def until(client: AsyncClient, chat: str,
+                predicate: Callable[[t.ChatState], bool]) -> t.ChatState:
+    state = await client.wait_for_state(
+        chat, lambda s: isinstance(s, t.ChatState) and predicate(s), timeout=TIMEOUT)
+    assert isinstance(state, t.ChatState)
+    return state
+
+
+def pending_call(state: t.ChatState) -> t.ToolCallPendingConfirmationState | None:
+    if state.active_turn is None:
+        return None
+    for part in state.active_turn.response_parts:
+        if isinstance(part, t.ToolCallResponsePart) and isinstance(
+                part.tool_call, t.ToolCallPendingConfirmationState):
+            return part.tool_call
+    return None
+
+
+def reply(turn: t.Turn) -> str:
+    return "".join(p.content for p in turn.response_parts
+                   if isinstance(p, t.MarkdownResponsePart))
+
+
+@pytest.mark.parametrize("approve", [True, False])
+def test_the_reverse_agent_streams_and_asks(approve: bool) -> None:
+    async def body() -> None:
+        async with agent_client(Reverse()) as (client, chat):
+            await start_turn(client, chat, "one two three four")
+            state = await until(client, chat, lambda s: pending_call(s) is not None)
+            assert state.status == t.SessionStatus.INPUT_NEEDED
+            (summary,) = (await client.list_sessions()).items
+            assert summary.status == t.SessionStatus.INPUT_NEEDED
+            assert summary.title == "one two three four"
+            call = pending_call(state)
+            assert call is not None
+            action: t.StateAction
+            if approve:
+                action = t.ChatToolCallApprovedAction(
+                    turn_id="t1", tool_call_id=call.tool_call_id,
+                    confirmed=t.ToolCallConfirmationReason.USER_ACTION)
+            else:
+                action = t.ChatToolCallDeniedAction(
+                    turn_id="t1", tool_call_id=call.tool_call_id,
+                    reason=t.ToolCallCancellationReason.DENIED)
+            await client.dispatch(chat, action)
+            state = await until(client, chat, lambda s: bool(s.turns))
+            (turn,) = state.turns
+            assert turn.state == t.TurnState.COMPLETE
+            assert reply(turn).startswith("four three two one")
+            assert reply(turn).endswith("Echoed." if approve else "Not echoed.")
+            (summary,) = (await client.list_sessions()).items
+            assert summary.status == t.SessionStatus.IDLE
+
+    run(body())
+
+
+class Failing(Agent):
+    provider = "failing"
+
+    async def turn(self, turn: Turn) -> None:
+        await turn.stream("about to fail")
+        if turn.text == "fail":
+            raise RuntimeError("the model is down")
+
+
+def test_an_exception_fails_the_turn_not_the_host(caplog: pytest.LogCaptureFixture) -> None:
+    async def body() -> None:
+        async with agent_client(Failing()) as (client, chat):
+            await start_turn(client, chat, "fail")
+            state = await until(client, chat, lambda s: bool(s.turns))
+            assert state.turns[0].state == t.TurnState.ERROR
+            assert state.turns[0].error is not None
+            assert state.turns[0].error.message == "the model is down"
+            await start_turn(client, chat, "fine", turn_id="t2")
+            state = await until(client, chat, lambda s: len(s.turns) == 2)
+            assert state.turns[1].state == t.TurnState.COMPLETE
+
+    run(body())
+    assert "the model is down" in caplog.text
+
+
+class Slow(Agent):
+    provider = "slow"
+    cancelled = 0
+
+    async def turn(self, turn: Turn) -> None:
+        try:
+            for n in range(1000):
+                await turn.stream(f"{n} ")
+                await asyncio.sleep(0.01)
+        except asyncio.CancelledError:
+            Slow.cancelled += 1
+            raise
+
+
+def test_a_client_cancel_cancels_the_coroutine() -> None:
+    async def body() -> None:
+        async with agent_client(Slow()) as (client, chat):
+            await start_turn(client, chat, "go")
+            await until(client, chat, lambda s: s.active_turn is not None
+                        and len(s.active_turn.response_parts) > 0)
+            await client.dispatch(chat, t.ChatTurnCancelledAction(turn_id="t1", duration=1))
+            state = await until(client, chat, lambda s: bool(s.turns))
+            assert state.turns[0].state == t.TurnState.CANCELLED
+            for _ in range(100):
+                if Slow.cancelled:
+                    break
+                await asyncio.sleep(0.01)
+            assert Slow.cancelled == 1
+
+    run(body())
+
+
+class Asking(Agent):
+    provider = "asking"
+
+    async def turn(self, turn: Turn) -> None:
+        answer = await turn.ask("Which colour?")
+        await turn.stream(f"you said {t.ChatInputResponseKind(answer.response).value}")
+
+
+def test_ask_waits_for_the_clients_answer() -> None:
+    async def body() -> None:
+        async with agent_client(Asking()) as (client, chat):
+            await start_turn(client, chat, "hi")
+            state = await until(client, chat, lambda s: s.status == t.SessionStatus.INPUT_NEEDED)
+            assert state.active_turn is not None
+            request = next(p.request for p in state.active_turn.response_parts
+                           if isinstance(p, t.InputRequestResponsePart))
+            await client.dispatch(chat, t.ChatInputCompletedAction(
+                request_id=request.id, response=t.ChatInputResponseKind.ACCEPT))
+            state = await until(client, chat, lambda s: bool(s.turns))
+            assert reply(state.turns[0]) == "you said accept"
+
+    run(body())
+
+
+def test_sessions_chats_and_unknown_commands() -> None:
+    async def body() -> None:
+        async with agent_client(Reverse()) as (client, chat):
+            del chat
+            root = client.state("ahp-root://")
+            assert isinstance(root, t.RootState)
+            assert [a.provider for a in root.agents] == ["reverse"]
+            assert root.active_sessions == 1
+            side = await client.create_chat(SESSION)
+            assert side.startswith("ahp-chat:/")
+            await client.request(methods.DISPOSE_CHAT, t.DisposeChatParams(channel=side))
+            with pytest.raises(RequestError) as refused:
+                await client.request(methods.CREATE_SESSION, t.CreateSessionParams(
+                    channel="ahp-session:/x", provider="nobody"))
+            assert refused.value.code == -32002
+            with pytest.raises(RequestError) as refused:
+                await client.request(methods.AUTHENTICATE, t.AuthenticateParams(
+                    resource="r", token="t"))
+            assert refused.value.code == -32601
+            await client.request(methods.DISPOSE_SESSION,
+                                 t.DisposeSessionParams(channel=SESSION))
+            assert (await client.list_sessions()).items == ()
+
+    run(body())
+
+
+def test_queued_messages_start_the_next_turn() -> None:
+    async def body() -> None:
+        async with agent_client(Slow()) as (client, chat):
+            await start_turn(client, chat, "first")
+            await until(client, chat, lambda s: s.active_turn is not None)
+            await client.dispatch(chat, t.ChatPendingMessageSetAction(
+                kind=t.PendingMessageKind.QUEUED, id="q1",
+                message=t.Message(text="second", origin=USER)))
+            await client.dispatch(chat, t.ChatTurnCancelledAction(turn_id="t1", duration=1))
+            state = await until(client, chat, lambda s: s.active_turn is not None
+                                and s.active_turn.message.text == "second")
+            assert not state.queued_messages
+
+    run(body())
+
+
+def test_a_dropped_link_reconnects_in_memory() -> None:
+    async def body() -> None:
+        opener_box: list[MemoryOpener] = []
+        agent = Reverse()
+        server, service = build_agent_server(agent, ServeOptions(), clock)
+        opener = MemoryOpener(server)
+        opener_box.append(opener)
+        async with connected_client(server, opener=opener, reconnect=True) as client:
+            await client.initialize(["ahp-root://"])
+            await client.create_session(SESSION)
+            opener.link.delay = 0.01
+            opener.link.drop()
+            for _ in range(200):
+                if len(opener.links) == 2 and client.is_tracked("ahp-root://"):
+                    break
+                await asyncio.sleep(0.02)
+            assert len(opener.links) == 2
+            assert (await client.list_sessions()).items[0].resource == SESSION
+        await service.close()
+        await server.close()
+
+    run(body())
+
+
+def test_load_agent_names_what_is_wrong() -> None:
+    assert isinstance(load_agent("examples.reverse:agent"), Reverse)
+    assert isinstance(load_agent("examples.reverse:Reverse"), Reverse)
+    for spec, words in (("examples.reverse", "module:attr"),
+                        ("examples.nothing:agent", "cannot import"),
+                        ("examples.reverse:nope", "has no"),
+                        ("examples.reverse:asyncio", "not an Agent")):
+        with pytest.raises(ValueError, match=words):
+            load_agent(spec)
+
+
+def test_serve_runs_the_reverse_example_for_chat(tmp_path: Path) -> None:
+    async def body() -> None:
+        async with serving(["--agent", "examples.reverse:agent"],
+                           tmp_path / "serve.err") as (_proc, url):
+            done = await asyncio.wait_for(asyncio.to_thread(
+                subprocess.run,
+                [sys.executable, "-m", "agenthost_protocol.cli", "chat", url,
+                 "one two three four", "--yes"],
+                capture_output=True, env=child_env(), cwd=REPO, timeout=TIMEOUT, check=False,
+            ), TIMEOUT + 5)
+            assert done.returncode == 0, done.stderr
+            assert re.match(rb"four three two one\s", done.stdout), done.stdout
+
+    run(body(), 60)

@@ -30,6 +30,7 @@ import pytest
 
 from agenthost_protocol import types as t
 from agenthost_protocol import wire
+from agenthost_protocol.agent.pi_runner import PiAgentCommand, PiAgentRunner, pi_root_state
 from agenthost_protocol.aio.server import HostServer
 from agenthost_protocol.bridges.acp import (
     ERROR_TEXT_LIMIT,
@@ -38,7 +39,6 @@ from agenthost_protocol.bridges.acp import (
     AcpSessionSetup,
     acp_error_message,
 )
-from agenthost_protocol.bridges.pi_runner import PiAgentCommand, PiAgentRunner, pi_root_state
 from agenthost_protocol.host import Host
 
 from ._aio_peer import TIMEOUT, serving, stop
@@ -46,7 +46,7 @@ from .acp_agents import raw_agent
 from .acp_agents.world import ACP_SESSION, World
 
 if TYPE_CHECKING:
-    from agenthost_protocol.bridges.acp_runner import AcpAgentRunner
+    from agenthost_protocol.agent.acp_runner import AcpAgentRunner
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX process groups")
 
@@ -239,7 +239,7 @@ class AcpWorld:
 async def acp_world(tmp_path: Path, *flags: str) -> AsyncIterator[AcpWorld]:
     """The ACP runner with ``raw_agent.py FLAGS`` started, and a client initialized."""
     pytest.importorskip("acp")
-    from agenthost_protocol.bridges.acp_runner import (
+    from agenthost_protocol.agent.acp_runner import (
         AcpAgentCommand,
         AcpAgentRunner,
         acp_root_state,

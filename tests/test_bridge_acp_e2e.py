@@ -1,7 +1,7 @@
 """End to end: a real ACP agent process (the SDK's agent side) behind a host, driven by a client.
 
 ``tests/acp_agents/scripted_agent.py`` runs as a subprocess, spawned by
-:class:`~agenthost_protocol.bridges.acp_runner.AcpAgentRunner` over stdio;
+:class:`~agenthost_protocol.agent.acp_runner.AcpAgentRunner` over stdio;
 this library's sans-I/O client talks to the host's ``HostServer`` over an
 in-memory transport.  The client streams text and a thought, confirms a
 tool call, answers an elicitation, cancels a turn, and ends with the same
@@ -23,14 +23,14 @@ import pytest
 pytest.importorskip("acp")
 
 from agenthost_protocol import types as t
-from agenthost_protocol.aio import CloseReason, EndOfStream, HostServer
-from agenthost_protocol.bridges.acp_runner import (
+from agenthost_protocol.agent.acp_runner import (
     ACP_PROVIDER,
     AcpAgentCommand,
     AcpAgentRunner,
     acp_root_state,
     build_acp_server,
 )
+from agenthost_protocol.aio import CloseReason, EndOfStream, HostServer
 from agenthost_protocol.client import ClientConnection, ResponseReceived
 from agenthost_protocol.host import Host
 from agenthost_protocol.host.sessions import iso

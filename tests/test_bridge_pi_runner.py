@@ -21,9 +21,9 @@ import pytest
 
 from agenthost_protocol import types as t
 from agenthost_protocol import wire
+from agenthost_protocol.agent.pi_runner import PiAgentCommand, PiAgentRunner, pi_root_state
 from agenthost_protocol.aio.server import HostServer
 from agenthost_protocol.bridges.pi import PiDialect
-from agenthost_protocol.bridges.pi_runner import PiAgentCommand, PiAgentRunner, pi_root_state
 from agenthost_protocol.host import Host
 
 STANDIN = str(Path(__file__).with_name("test_bridge_pi_standin.py"))

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from agenthost_protocol import types as t
 from agenthost_protocol import wire
-from agenthost_protocol.bridges._dispatch import dispatch_agent_action
+from agenthost_protocol.agent.dispatch import dispatch_agent_action
 from agenthost_protocol.client import ClientConnection
 from agenthost_protocol.errors import LocalProtocolError
 from agenthost_protocol.host import Event as HostEvent

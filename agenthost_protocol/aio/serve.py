@@ -1,9 +1,9 @@
 """``agenthost-protocol serve``: a real AHP host with an agent, on WebSocket or stdio.
 
 The agent is the built-in demo (the default), or a real agent process on
-stdio behind a bridge: an ACP agent (:mod:`..bridges.acp_runner`, one
+stdio behind a bridge: an ACP agent (:mod:`..agent.acp_runner`, one
 process for every session) or a pi / xcsh agent in RPC mode
-(:mod:`..bridges.pi_runner`, one process per session).  Each is driven by a
+(:mod:`..agent.pi_runner`, one process per session).  Each is driven by a
 :class:`ServedAgent` (the demo's :class:`~.demo.DemoPacer` or a runner)
 that the one serving path starts, if it can be started, before anything is
 served, and closes at the end.
@@ -41,7 +41,7 @@ from .server import HostServer, ServerLimits
 from .stdio import serve_stdio
 
 if TYPE_CHECKING:
-    from ..bridges.acp_runner import AcpAgentRunner
+    from ..agent.acp_runner import AcpAgentRunner
 
 __all__ = [
     "AgentKind",
@@ -198,7 +198,7 @@ def build_server(
     env = dict(options.agent_env) if options.agent_env is not None else dict(os.environ)
     if kind is AgentKind.ACP:
         try:
-            from ..bridges.acp_runner import (  # noqa: PLC0415
+            from ..agent.acp_runner import (  # noqa: PLC0415
                 AcpAgentCommand,
                 build_acp_server,
             )
@@ -212,8 +212,8 @@ def build_server(
         )
         return server, _AcpAgent(runner, options.agent_command)
     # the pi runner has no optional dependency, but only serve --agent pi needs it
+    from ..agent.pi_runner import PiAgentCommand, PiAgentRunner, pi_root_state  # noqa: PLC0415
     from ..bridges.pi import PiDialect  # noqa: PLC0415
-    from ..bridges.pi_runner import PiAgentCommand, PiAgentRunner, pi_root_state  # noqa: PLC0415
 
     dialect = PiDialect.XCSH if kind is AgentKind.XCSH else PiDialect.PI
     host = Host(

@@ -6,18 +6,18 @@ URIs and clocks come from the caller.  See ``docs/bridges.md``.
 
 * :mod:`agenthost_protocol.bridges.acp`: the Agent Client Protocol
   (:class:`~agenthost_protocol.bridges.acp.AcpBridge`); pure, no dependency;
-* :mod:`agenthost_protocol.bridges.acp_runner`: an ACP agent process on
-  stdio behind a host (needs the ``acp`` extra, ``agent-client-protocol``);
 * :mod:`agenthost_protocol.bridges.pi`: pi / xcsh in RPC mode
   (:class:`~agenthost_protocol.bridges.pi.PiBridge`; JSON Lines frames in
-  :mod:`~agenthost_protocol.bridges.pi_frames`), and
-  :mod:`~agenthost_protocol.bridges.pi_runner`, its agent processes behind a host;
+  :mod:`~agenthost_protocol.bridges.pi_frames`);
 * :mod:`agenthost_protocol.bridges.history`: stateless chat APIs (full
   histories per request) as AHP chats, after the Symposium history actor
   (:class:`~agenthost_protocol.bridges.history.HistoryActor`).
 
 Names are exported lazily, so importing this package imports no bridge (and
-no optional dependency) until a name is used.
+no optional dependency) until a name is used.  The runners that put agent
+processes behind a host do I/O and live in the agent layer:
+:mod:`agenthost_protocol.agent.acp_runner` and
+:mod:`agenthost_protocol.agent.pi_runner`.
 """
 
 from __future__ import annotations
@@ -39,7 +39,6 @@ if TYPE_CHECKING:
         BridgeOutput,
         PromptCapabilities,
     )
-    from .acp_runner import AcpAgentCommand, AcpAgentRunner, build_acp_server
     from .history import (
         HistoryActor,
         HistoryConversation,
@@ -49,7 +48,6 @@ if TYPE_CHECKING:
     )
     from .pi import PiBridge, PiDialect, PiOutput
     from .pi_frames import JsonLinesDecoder, MalformedLine, encode_frame
-    from .pi_runner import PiAgentCommand, PiAgentRunner
 
 # name -> the module (relative to this package) that defines it
 _LAZY: Final[Mapping[str, str]] = MappingProxyType({
@@ -62,9 +60,6 @@ _LAZY: Final[Mapping[str, str]] = MappingProxyType({
     "AhpDispatch": ".acp",
     "BridgeOutput": ".acp",
     "PromptCapabilities": ".acp",
-    "AcpAgentCommand": ".acp_runner",
-    "AcpAgentRunner": ".acp_runner",
-    "build_acp_server": ".acp_runner",
     "HistoryActor": ".history",
     "HistoryConversation": ".history",
     "HistoryMessage": ".history",
@@ -76,13 +71,9 @@ _LAZY: Final[Mapping[str, str]] = MappingProxyType({
     "JsonLinesDecoder": ".pi_frames",
     "MalformedLine": ".pi_frames",
     "encode_frame": ".pi_frames",
-    "PiAgentCommand": ".pi_runner",
-    "PiAgentRunner": ".pi_runner",
 })
 
 __all__ = [
-    "AcpAgentCommand",
-    "AcpAgentRunner",
     "AcpBridge",
     "AcpErrorReply",
     "AcpNotification",
@@ -97,13 +88,10 @@ __all__ = [
     "HistoryOutput",
     "JsonLinesDecoder",
     "MalformedLine",
-    "PiAgentCommand",
-    "PiAgentRunner",
     "PiBridge",
     "PiDialect",
     "PiOutput",
     "PromptCapabilities",
-    "build_acp_server",
     "encode_frame",
     "match_history",
 ]

@@ -26,7 +26,7 @@ package must not import the SDK (an optional extra), an agent built against
 another schema version sends fields or variants a pinned SDK rejects or
 drops, and a mapper that is total over *any* JSON value can be tested (and
 property-tested) without the SDK.  The SDK is used only by the runner
-(:mod:`agenthost_protocol.bridges.acp_runner`) for its stdio connection.
+(:mod:`agenthost_protocol.agent.acp_runner`) for its stdio connection.
 
 Why its own state: the bridge keeps a small mirror of what the AHP chat looks
 like (the active turn, its open text part, each tool call's AHP status,

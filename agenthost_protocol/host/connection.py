@@ -12,20 +12,27 @@ from __future__ import annotations
 import json
 from collections import deque
 from enum import Enum
-from typing import TYPE_CHECKING, TypeVar, overload
+from typing import Protocol, TypeAlias, TypeVar, overload
 
 from attrs import field, frozen
 
 from .. import types as t
 from .. import wire
 from ..errors import LocalProtocolError
-from ..methods import Direction, Method, request_method
-from .events import ErrorData, ServerRequestParams
+from ..methods import Direction, Method, ServerRequestParams, request_method
+from ..types.error_codes import (
+    AuthRequiredErrorData,
+    PermissionDeniedErrorData,
+    UnsupportedProtocolVersionErrorData,
+)
+from .limits import HostLimits
 
-if TYPE_CHECKING:
-    from .core import Host
+__all__ = ["ConnectionState", "ErrorData", "HostConnection", "HostSide"]
 
-__all__ = ["ConnectionState", "HostConnection"]
+ErrorData: TypeAlias = (
+    AuthRequiredErrorData | PermissionDeniedErrorData | UnsupportedProtocolVersionErrorData
+)
+"""The typed ``data`` an AHP error may carry."""
 
 P = TypeVar("P")
 R = TypeVar("R")
@@ -58,10 +65,22 @@ class Claim:
     holder: HostConnection = field(eq=False)
 
 
+class HostSide(Protocol):
+    """What a connection needs of its host (the :class:`~agenthost_protocol.host.Host`):
+    a protocol, so that this module and the host's do not import each other."""
+
+    @property
+    def limits(self) -> HostLimits: ...
+
+    def _receive(self, conn: HostConnection, data: bytes | str) -> None: ...
+
+    def _close(self, conn: HostConnection, reason: str) -> None: ...
+
+
 class HostConnection:
     """The host's end of one transport connection."""
 
-    def __init__(self, host: Host, number: int) -> None:
+    def __init__(self, host: HostSide, number: int) -> None:
         self._host = host
         self.number = number
         """A number unique within the host, in order of :meth:`Host.connect` calls."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Generic, TypeAlias, TypeVar, cast
+from typing import Generic, TypeAlias, TypeVar, cast
 
 from attrs import field, frozen
 
@@ -32,9 +32,7 @@ from ..types.error_codes import (
     PermissionDeniedErrorData,
     UnsupportedProtocolVersionErrorData,
 )
-
-if TYPE_CHECKING:
-    from .connection import HostConnection
+from .connection import ErrorData, HostConnection
 
 __all__ = [
     "ClientActionApplied",
@@ -63,11 +61,6 @@ ClientRequestParams: TypeAlias = CommandParams
 
 ClientRequestResult: TypeAlias = CommandResult
 """The results of those commands (``None`` for the commands whose result is ``null``)."""
-
-ErrorData: TypeAlias = (
-    AuthRequiredErrorData | PermissionDeniedErrorData | UnsupportedProtocolVersionErrorData
-)
-"""The typed ``data`` of the AHP errors that have one."""
 
 _DATA_OF_CODE: Mapping[int, type] = MappingProxyType({
     AhpErrorCode.AUTH_REQUIRED: AuthRequiredErrorData,

@@ -50,12 +50,7 @@ from attrs import field, frozen
 from .. import types as t
 from .._version import __version__
 from ..aio.server import HostServer, ServerLimits
-from ..channels import ROOT_CHANNEL, ChannelKind, channel_kind
-from ..errors import LocalProtocolError
-from ..host import ClientActionApplied, Event, Host, RequestReceived
-from ..types.error_codes import AhpErrorCode, JsonRpcErrorCode
-from ._dispatch import dispatch_agent_action
-from .acp import (
+from ..bridges.acp import (
     AcpBridge,
     AcpErrorReply,
     AcpNotification,
@@ -67,6 +62,11 @@ from .acp import (
     PromptCapabilities,
     acp_error_message,
 )
+from ..channels import ROOT_CHANNEL, ChannelKind, channel_kind
+from ..errors import LocalProtocolError
+from ..host import ClientActionApplied, Event, Host, RequestReceived
+from ..types.error_codes import AhpErrorCode, JsonRpcErrorCode
+from .dispatch import dispatch_agent_action
 from .pi_runner import _AgentProcess, _spawn_agent_process, _until
 
 __all__ = ["ACP_PROVIDER", "AcpAgentCommand", "AcpAgentRunner", "acp_agent_info",

@@ -52,13 +52,13 @@ from attrs import field, frozen
 
 from .. import types as t
 from ..aio.server import HostServer
+from ..bridges.pi import PiBridge, PiDialect, PiOutput
+from ..bridges.pi_frames import encode_frame
 from ..channels import ROOT_CHANNEL, ChannelKind, channel_kind
 from ..errors import LocalProtocolError
 from ..host import ClientActionApplied, Event, Host, RequestReceived
 from ..types.error_codes import AhpErrorCode, JsonRpcErrorCode
-from ._dispatch import dispatch_agent_action
-from .pi import PiBridge, PiDialect, PiOutput
-from .pi_frames import encode_frame
+from .dispatch import dispatch_agent_action
 
 __all__ = ["PI_PROVIDER", "PiAgentCommand", "PiAgentRunner", "pi_agent_info", "pi_root_state"]
 

@@ -30,6 +30,7 @@ from agenthost_protocol.types.error_codes import AhpErrorCode, JsonRpcErrorCode
 
 from ._aio_hosts import demo_host, run
 from ._aio_peer import ROOT, TIMEOUT, serve_command, serving, spawn, ws_peer
+from ._raw_ws import masked_text_frame
 
 TOKEN = "s3cr3t-token-for-tests"
 
@@ -54,20 +55,6 @@ async def handshake(port: int, path: str = "/", headers: dict[str, str] | None =
         return int(status.split()[1])
     finally:
         writer.close()
-
-
-def masked_text_frame(text: str) -> bytes:
-    """One client-to-server text frame (RFC 6455: clients mask), built by hand."""
-    payload = text.encode()
-    n = len(payload)
-    if n < 126:
-        header = bytes([0x81, 0x80 | n])
-    elif n < 65536:
-        header = bytes([0x81, 0x80 | 126]) + n.to_bytes(2, "big")
-    else:
-        header = bytes([0x81, 0x80 | 127]) + n.to_bytes(8, "big")
-    mask = b"\x01\x02\x03\x04"
-    return header + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
 
 
 async def stalled_subscriber(port: int, client_id: str, channel: str) -> asyncio.StreamWriter:

@@ -67,6 +67,8 @@ from urllib.parse import urlsplit
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
+from .._raw_ws import masked_text_frame
+
 REPO: Final = Path(__file__).resolve().parents[2]
 MAX_MESSAGE_SIZE: Final = 32 * 1024 * 1024
 ROOT_CHANNEL: Final = "ahp-root://"
@@ -330,21 +332,6 @@ async def amplification(package_root: Path, scratch: Path, label: str, size: int
 
 
 # -- attack 2: stalled subscribers ------------------------------------------------------------
-
-
-def masked_text_frame(text: str) -> bytes:
-    """One client-to-server text frame (RFC 6455: clients mask)."""
-    payload = text.encode()
-    n = len(payload)
-    if n < 126:
-        header = bytes([0x81, 0x80 | n])
-    elif n < 65536:
-        header = bytes([0x81, 0x80 | 126]) + n.to_bytes(2, "big")
-    else:
-        header = bytes([0x81, 0x80 | 127]) + n.to_bytes(8, "big")
-    mask = os.urandom(4)
-    masked = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
-    return header + mask + masked
 
 
 def first_frame_end(data: bytes, start: int) -> int | None:

@@ -1,5 +1,21 @@
 """agenthost-protocol: a pure, I/O-free Python implementation of the Agent Host Protocol.
 
+Where to start, by what you want to do:
+
+* serve an agent: :mod:`agenthost_protocol.agent` (subclass ``Agent``, write
+  ``turn``; ``run(agent)`` or ``agenthost-protocol serve --agent module:attr``);
+  see ``docs/agents.md``;
+* write a client: :func:`agenthost_protocol.aio.client.connect` (asyncio), or
+  the sans-I/O :mod:`agenthost_protocol.client` on a transport of your own;
+  see ``docs/client.md``;
+* test an implementation: :mod:`agenthost_protocol.conformance` (the official
+  corpus), :func:`agenthost_protocol.reduce` and
+  :mod:`agenthost_protocol.testing.strategies` (hypothesis); see ``docs/testing.md``.
+
+The agent layer and the asyncio client need asyncio (and the ``ws`` extra
+for WebSocket), the strategies hypothesis (extra ``testing``); importing
+this package imports none of them.
+
 The package is a set of modules, each named for what it holds:
 
 * :mod:`agenthost_protocol.types`: every AHP type (frozen attrs classes);

@@ -14,8 +14,9 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 from agenthost_protocol import types as t
+from agenthost_protocol.agent import AgentDriver
 from agenthost_protocol.agents.demo import DemoAgent, demo_root_state
-from agenthost_protocol.aio import DemoPacer, HostServer, ServerLimits
+from agenthost_protocol.aio import HostServer, ServerLimits
 from agenthost_protocol.aio.access import AccessPolicy
 from agenthost_protocol.aio.client import (
     ClientEvent,
@@ -50,11 +51,19 @@ def run(coro: Coroutine[Any, Any, None], timeout: float = 30.0) -> None:
 class DemoHost:
     """The demo agent's host, served over WebSocket."""
 
-    def __init__(self, server: HostServer, endpoint: WebSocketServer, pacer: DemoPacer) -> None:
+    def __init__(self, server: HostServer, endpoint: WebSocketServer,
+                 driver: AgentDriver) -> None:
         self.server = server
         self.endpoint = endpoint
-        self.pacer = pacer
+        self.driver = driver
+        """The agent layer driving the demo (``driver.agent``)."""
         self.events: list[HostEvent] = []
+
+    @property
+    def agent(self) -> DemoAgent:
+        agent = self.driver.agent
+        assert isinstance(agent, DemoAgent)
+        return agent
 
     @property
     def host(self) -> Host:
@@ -82,21 +91,21 @@ async def demo_host(
                 remembered_clients=remembered_clients, supported_versions=supported_versions,
                 server_info=t.Implementation(name="test-host"))
     server = HostServer(host, limits=limits)
-    pacer = DemoPacer(DemoAgent(host), server, step_delay=step_delay)
+    driver = AgentDriver(DemoAgent(step_delay=step_delay), host, server.flush)
     endpoint = await serve_websocket(server, "127.0.0.1", 0, ping_interval=None, access=access)
-    demo = DemoHost(server, endpoint, pacer)
+    demo = DemoHost(server, endpoint, driver)
 
     def handle(event: HostEvent) -> None:
         demo.events.append(event)
         if intercept is not None and intercept(demo, event):
             return
-        pacer.handle(event)
+        driver.handle(event)
 
     server.handler = handle
     try:
         yield demo
     finally:
-        await pacer.close()
+        await driver.close()
         await endpoint.close()
 
 

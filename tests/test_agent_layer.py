@@ -14,6 +14,7 @@ import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -218,6 +219,10 @@ def test_sessions_chats_and_unknown_commands() -> None:
             with pytest.raises(RequestError) as refused:
                 await client.request(methods.AUTHENTICATE, t.AuthenticateParams(
                     resource="r", token="t"))
+            assert refused.value.code == -32602  # no protected resource is advertised
+            with pytest.raises(RequestError) as refused:
+                await client.request(methods.CREATE_TERMINAL, t.CreateTerminalParams(
+                    channel="ahp-terminal:/x", claim=t.TerminalClientClaim(client_id="c")))
             assert refused.value.code == -32601
             await client.request(methods.DISPOSE_SESSION,
                                  t.DisposeSessionParams(channel=SESSION))
@@ -262,6 +267,91 @@ def test_a_dropped_link_reconnects_in_memory() -> None:
             assert (await client.list_sessions()).items[0].resource == SESSION
         await service.close()
         await server.close()
+
+    run(body())
+
+
+class Tooling(Agent):
+    """Names its tool call, and reports how the call went."""
+
+    provider = "tooling"
+    seen: ClassVar[list[tuple[bool, bool]]] = []
+
+    def title_for(self, message: t.Message) -> str:
+        return "" if message.text == "untitled" else f"About {message.text}"
+
+    async def turn(self, turn: Turn) -> None:
+        call = await turn.tool("lookup", {"q": turn.text}, call_id="model-call-7",
+                               intention="Look it up", confirm=True)
+        Tooling.seen.append((call.approved, call.running))
+        await call.complete("the agent's result")  # left alone unless still running
+        await turn.stream("after the call")
+
+
+def test_tool_calls_take_an_id_and_an_intention_and_clients_may_complete_them() -> None:
+    async def body() -> None:
+        Tooling.seen.clear()
+        async with agent_client(Tooling()) as (client, chat):
+            await start_turn(client, chat, "untitled")
+            state = await until(client, chat, lambda s: pending_call(s) is not None)
+            call = pending_call(state)
+            assert call is not None and call.tool_call_id == "model-call-7"
+            assert state.active_turn is not None
+            start = next(p.tool_call for p in state.active_turn.response_parts
+                         if isinstance(p, t.ToolCallResponsePart))
+            assert isinstance(start, t.ToolCallPendingConfirmationState)
+            assert start.intention == "Look it up"
+            # the client runs the call itself: that approves it, and the agent's result is
+            # not sent (the reducer would drop it)
+            await client.dispatch(chat, t.ChatToolCallCompleteAction(
+                turn_id="t1", tool_call_id="model-call-7", result=t.ToolCallResult(
+                    success=True, past_tense_message="looked up by the client")))
+            state = await until(client, chat, lambda s: bool(s.turns))
+            assert Tooling.seen == [(True, False)]
+            (turn,) = state.turns
+            assert turn.state == t.TurnState.COMPLETE and reply(turn) == "after the call"
+            done = next(p.tool_call for p in turn.response_parts
+                        if isinstance(p, t.ToolCallResponsePart))
+            assert isinstance(done, t.ToolCallCompletedState)
+            assert done.past_tense_message == "looked up by the client"
+            (summary,) = (await client.list_sessions()).items
+            assert summary.title == ""  # title_for gave none
+            # approved by a client: running, and the agent completes it
+            await start_turn(client, chat, "cats", turn_id="t2")
+            state = await until(client, chat, lambda s: pending_call(s) is not None)
+            await client.dispatch(chat, t.ChatToolCallApprovedAction(
+                turn_id="t2", tool_call_id="model-call-7",
+                confirmed=t.ToolCallConfirmationReason.USER_ACTION))
+            state = await until(client, chat, lambda s: len(s.turns) == 2)
+            assert Tooling.seen[1] == (True, True)
+            done = next(p.tool_call for p in state.turns[1].response_parts
+                        if isinstance(p, t.ToolCallResponsePart))
+            assert isinstance(done, t.ToolCallCompletedState)
+            assert done.content == (t.ToolResultTextContent(text="the agent's result"),)
+            (summary,) = (await client.list_sessions()).items
+            assert summary.title == "About cats"
+
+    run(body())
+
+
+def test_a_truncated_chat_stops_its_turn() -> None:
+    async def body() -> None:
+        Slow.cancelled = 0
+        async with agent_client(Slow()) as (client, chat):
+            await start_turn(client, chat, "go")
+            await until(client, chat, lambda s: s.active_turn is not None
+                        and len(s.active_turn.response_parts) > 0)
+            await client.dispatch(chat, t.ChatTruncatedAction())
+            state = await until(client, chat, lambda s: s.active_turn is None)
+            assert state.turns == ()
+            for _ in range(100):
+                if Slow.cancelled:
+                    break
+                await asyncio.sleep(0.01)
+            assert Slow.cancelled == 1
+            seq = client.confirmed(chat)
+            await asyncio.sleep(0.05)  # nothing more is dispatched for the dropped turn
+            assert client.confirmed(chat) == seq
 
     run(body())
 

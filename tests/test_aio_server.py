@@ -15,15 +15,16 @@ from typing import Any
 import pytest
 
 from agenthost_protocol import types as t
-from agenthost_protocol.agents import DemoAgent, demo_root_state
+from agenthost_protocol.agent import build_agent_server
+from agenthost_protocol.agents import DemoAgent
 from agenthost_protocol.aio import (
     CloseReason,
-    DemoPacer,
     HostServer,
     LineStream,
     ServerLimits,
     serve_streams,
 )
+from agenthost_protocol.aio.serve import ServeOptions
 from agenthost_protocol.errors import LocalProtocolError
 from agenthost_protocol.host import Event, Host, RequestReceived
 
@@ -108,9 +109,9 @@ def test_a_failing_handler_answers_internal_error_and_the_server_goes_on() -> No
 
 def test_the_demo_over_tcp_json_lines() -> None:
     async def main() -> None:
-        host = Host(clock=lambda: NOW, root=demo_root_state())
-        server = HostServer(host)
-        pacer = DemoPacer(DemoAgent(host), server, step_delay=0)
+        server, service = build_agent_server(DemoAgent(step_delay=0), ServeOptions(),
+                                             lambda: NOW)
+        host = server.host
         async with tcp(server) as (reader, writer):
             writer.write(INIT)
             assert (await line(reader))["id"] == 2
@@ -138,8 +139,8 @@ def test_the_demo_over_tcp_json_lines() -> None:
                     break
             chat = host.state("ahp-chat:/x")
             assert isinstance(chat, t.ChatState) and chat.active_turn is None
-            assert pacer.playing == 0
-        await pacer.close()
+            assert service.driver.playing == 0
+        await service.close()
 
     run(main())
 

@@ -23,8 +23,8 @@ from websockets.exceptions import ConnectionClosed
 
 from agenthost_protocol import types as t
 from agenthost_protocol import wire
+from agenthost_protocol.agent import AgentService
 from agenthost_protocol.aio import HostServer, ServerLimits, serve_websocket
-from agenthost_protocol.aio.demo import DemoPacer
 from agenthost_protocol.aio.serve import ServeOptions, build_demo_server
 from agenthost_protocol.aio.websocket import WebSocketServer
 from agenthost_protocol.client import Reconnected, RequestFailed, ResponseReceived
@@ -48,15 +48,15 @@ def run(coro: Coroutine[Any, Any, None], timeout: float = 60.0) -> None:
 @contextlib.asynccontextmanager
 async def demo_host(
     *, limits: ServerLimits | None = None, step_delay: float = 0.0, replay_window: int = 10_000,
-) -> AsyncIterator[tuple[HostServer, WebSocketServer, DemoPacer]]:
+) -> AsyncIterator[tuple[HostServer, WebSocketServer, AgentService]]:
     options = ServeOptions(port=0, step_delay=step_delay, replay_window=replay_window,
                            limits=limits if limits is not None else ServerLimits())
-    server, pacer = build_demo_server(options, clock=clock)
+    server, service = build_demo_server(options, clock=clock)
     endpoint = await serve_websocket(server, "127.0.0.1", 0)
     try:
-        yield server, endpoint, pacer
+        yield server, endpoint, service
     finally:
-        await pacer.close()
+        await service.close()
         await endpoint.close()
 
 
@@ -133,7 +133,7 @@ def assert_matches_host(server: HostServer, *peers: Peer) -> None:
 
 def test_raw_framing_as_clients_expect() -> None:
     async def main() -> None:
-        async with demo_host() as (_, endpoint, _pacer):
+        async with demo_host() as (_, endpoint, _service):
             ws = await raw(endpoint.url)
             # ping before initialize; the id echoed exactly; "result": null present
             await ws.send('{"jsonrpc":"2.0","id":"abc","method":"ping","params":{}}')
@@ -171,7 +171,7 @@ def test_raw_framing_as_clients_expect() -> None:
 
 def test_a_new_client_instance_restarts_client_seq_on_a_new_connection() -> None:
     async def main() -> None:
-        async with demo_host() as (server, endpoint, _pacer):
+        async with demo_host() as (server, endpoint, _service):
             first, ws1 = await joined(endpoint.url, "same-id", create=True)
             await first.dispatch(SESSION, t.SessionTitleChangedAction(title="one"))
             await first.until_state(SESSION, lambda s: isinstance(s, t.SessionState)
@@ -192,7 +192,7 @@ def test_a_new_client_instance_restarts_client_seq_on_a_new_connection() -> None
 
 def test_reconnect_as_the_first_request_of_a_connection() -> None:
     async def main() -> None:
-        async with demo_host() as (_, endpoint, _pacer):
+        async with demo_host() as (_, endpoint, _service):
             peer, ws = await joined(endpoint.url, "r1", create=True)
             await ws.close()
             peer.client.connection_lost()
@@ -213,7 +213,7 @@ def test_reconnect_as_the_first_request_of_a_connection() -> None:
 
 def test_two_clients_converge_with_the_host() -> None:
     async def main() -> None:
-        async with demo_host(step_delay=0.001) as (server, endpoint, _pacer):
+        async with demo_host(step_delay=0.001) as (server, endpoint, _service):
             alice, ws_a = await joined(endpoint.url, "alice", create=True)
             bob, ws_b = await joined(endpoint.url, "bob")
             await start_turn(alice)
@@ -286,7 +286,7 @@ def test_a_slow_consumer_is_disconnected_and_others_are_not() -> None:
     limits = ServerLimits(max_queue_messages=64, max_queue_bytes=512 * 1024, close_timeout=0.5)
 
     async def main() -> None:
-        async with demo_host(limits=limits) as (server, endpoint, _pacer):
+        async with demo_host(limits=limits) as (server, endpoint, _service):
             bob, ws_b = await joined(endpoint.url, "bob", create=True)
             title = "x" * 64 * 1024
             await bob.dispatch(SESSION, t.SessionTitleChangedAction(title=title))
@@ -359,7 +359,7 @@ def test_an_oversize_message_closes_only_that_connection() -> None:
 
 def test_malformed_frames() -> None:
     async def main() -> None:
-        async with demo_host() as (server, endpoint, _pacer):
+        async with demo_host() as (server, endpoint, _service):
             ws = await raw(endpoint.url)
             # not JSON: -32700 with a null id; the connection stays
             await ws.send("{not json")
@@ -386,7 +386,7 @@ def test_malformed_frames() -> None:
 
 def test_a_failed_negotiation_closes_after_the_answer() -> None:
     async def main() -> None:
-        async with demo_host() as (_, endpoint, _pacer):
+        async with demo_host() as (_, endpoint, _service):
             ws = await raw(endpoint.url)
             await ws.send(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize",
                                       "params": {"protocolVersions": ["99.0.0"],
@@ -402,7 +402,7 @@ def test_a_failed_negotiation_closes_after_the_answer() -> None:
 def test_shutdown_flushes_then_closes_with_1001() -> None:
     async def main() -> None:
         options = ServeOptions(port=0, step_delay=0.0)
-        server, pacer = build_demo_server(options, clock=clock)
+        server, service = build_demo_server(options, clock=clock)
         endpoint = await serve_websocket(server, "127.0.0.1", 0)
         url = endpoint.url
         try:
@@ -410,7 +410,7 @@ def test_shutdown_flushes_then_closes_with_1001() -> None:
             await ws.send('{"jsonrpc":"2.0","id":"last","method":"ping","params":{}}')
             await asyncio.sleep(0.05)
         finally:
-            await pacer.close()
+            await service.close()
             await endpoint.close()
         code, reason = await closed_with(ws)
         assert code == 1001 and "shutting down" in reason

@@ -1,8 +1,9 @@
 """The layering of the package, read from its source.
 
-* No pure module (all but ``aio``, ``agent`` and the command line) imports
-  asyncio, the asyncio layer, the agent layer or an optional dependency,
-  not even inside a function.
+* No pure module (all but ``aio``, ``agent``, the built-in ``agents``
+  written on it, and the command line) imports asyncio, the asyncio layer,
+  the agent layer, the built-in agents or an optional dependency, not even
+  inside a function.
 * The host core's modules import each other without a cycle, type-only
   imports included.
 """
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "agenthost_protocol"
-IO_LAYERS = ("aio", "agent")
+IO_LAYERS = ("aio", "agent", "agents")
 IO_MODULES = ("cli.py", "__main__.py")
 FORBIDDEN = ("asyncio", "websockets", "acp", "orjson_never_required")
 
@@ -62,7 +63,7 @@ def test_pure_modules_import_no_io(path: Path) -> None:
     bad = sorted(
         name for name in imports_of(path)
         if name.split(".")[0] in FORBIDDEN
-        or name.split(".")[:2] in (["agenthost_protocol", "aio"], ["agenthost_protocol", "agent"])
+        or name.split(".")[:2] in [[PACKAGE.name, layer] for layer in IO_LAYERS]
     )
     assert bad == [], f"{path.relative_to(PACKAGE)} imports {bad}"
 

@@ -5,8 +5,8 @@ on stdio, with the ACP SDK's JSON-RPC connection (``agent-client-protocol``:
 ``acp.transports.spawn_stdio_transport`` and ``acp.connection.Connection``),
 and connects it to a :class:`~agenthost_protocol.aio.HostServer`:
 
-* it is the server's event handler (it installs itself, as
-  :class:`~agenthost_protocol.aio.DemoPacer` does): it answers the commands
+* it is the server's event handler (it installs itself; an agent of the agent
+  layer has an :class:`~agenthost_protocol.agent.AgentDriver` there): it answers the commands
   the host core leaves to the embedder (``createSession`` runs ACP
   ``session/new``; ``listSessions``, ``disposeSession``, ``fetchTurns`` ...)
   and hands every applied client action to the session's
@@ -121,8 +121,8 @@ def build_acp_server(
 ) -> tuple[HostServer, AcpAgentRunner]:
     """A :class:`HostServer` whose host runs ``agent``, and its runner (not started yet).
 
-    The shape of ``aio.serve.build_demo_server``: ``await runner.start()``
-    before serving, ``await runner.close()`` where the demo's pacer is closed.
+    The shape of ``agent.build_agent_server``: ``await runner.start()``
+    before serving, ``await runner.close()`` where an agent's service is closed.
     """
     host = Host(
         clock=clock,

@@ -24,7 +24,9 @@ class Agent:
     Class attributes describe it in the root state: ``provider`` (its id,
     which ``createSession`` names), ``display_name``, ``description`` and
     ``models`` (the ids a message may pick).  Override the ``session_*`` and
-    ``start``/``close`` hooks when the agent keeps state of its own.
+    ``start``/``close`` hooks when the agent keeps state of its own,
+    :meth:`info` to describe it otherwise, and :meth:`title_for` to title
+    its sessions otherwise.
     """
 
     provider: ClassVar[str] = "agent"
@@ -50,6 +52,13 @@ class Agent:
 
     def session_disposed(self, session: str) -> None:
         """A session was disposed (its turns were cancelled)."""
+
+    def title_for(self, message: t.Message) -> str:
+        """The title a session without one gets when a turn starts, from the turn's
+        message ("": it stays untitled).  By default the text on one line, at
+        most 80 characters."""
+        line = " ".join(message.text.split())
+        return line if len(line) <= 80 else line[:79] + "…"
 
     def info(self) -> t.AgentInfo:
         """This agent as the root state lists it."""

@@ -4,15 +4,21 @@ It is a :class:`~agenthost_protocol.aio.HostServer`'s event handler and does
 what every agent needs and none should write:
 
 * ``createSession`` (ready, with a default chat, the active client set),
-  ``disposeSession``, ``createChat`` (forks and side chats), ``disposeChat``,
-  ``listSessions``, ``fetchTurns``; the small commands answered with empty
-  results; anything else -32601.  Every request is answered.
+  ``disposeSession``, ``createChat`` (forks and side chats; an initial
+  message starts a turn), ``disposeChat``, ``listSessions``, ``fetchTurns``;
+  the small commands answered with empty results; ``authenticate`` -32602
+  (no protected resource is advertised); anything else -32601.  Every
+  request is answered.
 * a task per turn running the agent's ``turn`` coroutine, cancelled when a
-  client cancels the turn, a new turn replaces it or its chat goes away; a
-  normal return ends the turn (``chat/turnComplete`` with its duration), an
+  client cancels the turn, a new turn replaces it, its chat goes away or
+  anything else leaves the chat without it (``chat/truncated``); a normal
+  return ends the turn (``chat/turnComplete`` with its duration), an
   exception fails it (``chat/error`` with its text, the traceback logged),
-  and the host goes on.  Queued messages start the next turn.
-* confirmations and input requests as futures the turn awaits; session
+  and the host goes on.  Queued messages start the next turn.  A session
+  without a title gets one when a turn starts: the agent's
+  :meth:`~.base.Agent.title_for` of its message.
+* confirmations and input requests as futures the turn awaits (a client
+  that completes a call waiting for confirmation approves it); session
   summaries kept in step (``session/chatUpdated``,
   ``root/sessionSummaryChanged``, ``activeSessions``); large tool outputs
   sent by reference; the server flushed after every step.
@@ -23,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import TypeVar
 
 from .. import types as t
 from ..channels import ROOT_CHANNEL, ChannelKind, channel_kind
@@ -36,6 +43,9 @@ from .turn import Turn
 __all__ = ["AgentDriver"]
 
 log = logging.getLogger(__name__)
+
+A = TypeVar("A")
+R = TypeVar("R")
 
 
 class AgentDriver:
@@ -68,6 +78,9 @@ class AgentDriver:
                                              values={})),
             "sessionConfigCompletions": lambda event: event.responder.respond(
                 t.SessionConfigCompletionsResult(items=())),
+            # the spec: the resource must be one the host advertised, and none is
+            "authenticate": lambda event: event.responder.error(
+                JsonRpcErrorCode.INVALID_PARAMS, "this agent has no protected resources"),
         }
 
     @property
@@ -111,12 +124,18 @@ class AgentDriver:
                 self._decide(uri, turn_id, call_id, True)
             case t.ChatToolCallDeniedAction(turn_id=turn_id, tool_call_id=call_id):
                 self._decide(uri, turn_id, call_id, False)
+            case t.ChatToolCallCompleteAction(turn_id=turn_id, tool_call_id=call_id):
+                # a client ran the call itself (the reducer allows it from pending-confirmation)
+                self._decide(uri, turn_id, call_id, True)
             case t.ChatInputCompletedAction(request_id=request_id):
                 future = self._inputs.pop((uri, request_id), None)
                 if future is not None and not future.done():
                     future.set_result(action)
             case _:
                 pass
+        entry = self._tasks.get(uri)
+        if entry is not None and not self._is_active(uri, entry[0]):
+            self._stop(uri)  # the chat lost the turn (truncated ...): stop playing it
         self._consume_queued(uri)
 
     # -- dispatching (what the Turn uses) ---------------------------------------------
@@ -171,17 +190,16 @@ class AgentDriver:
     def _start(self, chat: str, turn_id: str, message: t.Message) -> None:
         if self._closed:
             return
-        old = self._tasks.pop(chat, None)
-        if old is not None:
-            old[1].cancel()
+        self._stop(chat)  # the turn it replaces
         session = self._owner.get(chat)
         if session is None:
             return
         state = self.host.state(session)
-        if isinstance(state, t.SessionState) and not state.title and message.text.strip():
-            self.host.dispatch(session, t.SessionTitleChangedAction(
-                title=_title(message.text)))
-            self._announce(session)
+        if isinstance(state, t.SessionState) and not state.title:
+            title = self._call_agent(self.agent.title_for, message, "")
+            if title:
+                self.host.dispatch(session, t.SessionTitleChangedAction(title=title))
+                self._announce(session)
         turn = Turn(self, session=session, chat=chat, turn_id=turn_id, message=message,
                     started_ms=self.host.now())
         task = asyncio.get_running_loop().create_task(self._play(turn))
@@ -198,9 +216,12 @@ class AgentDriver:
             self._inputs.pop(ask).cancel()
 
     def _live(self, turn: Turn) -> bool:
-        state = self.host.state(turn.chat) if self.host.has_channel(turn.chat) else None
+        return self._is_active(turn.chat, turn.id)
+
+    def _is_active(self, chat: str, turn_id: str) -> bool:
+        state = self.host.state(chat) if self.host.has_channel(chat) else None
         return (isinstance(state, t.ChatState) and state.active_turn is not None
-                and state.active_turn.id == turn.id)
+                and state.active_turn.id == turn_id)
 
     async def _play(self, turn: Turn) -> None:
         try:
@@ -348,10 +369,14 @@ class AgentDriver:
                 self._announce(session)
 
     def _hook(self, hook: Callable[[str], None], uri: str) -> None:
+        self._call_agent(hook, uri, None)
+
+    def _call_agent(self, hook: Callable[[A], R], argument: A, fallback: R) -> R:
         try:
-            hook(uri)
+            return hook(argument)
         except Exception:
             log.exception("the agent's %s hook failed", getattr(hook, "__name__", "session"))
+            return fallback
 
     # -- the end ------------------------------------------------------------------------
 
@@ -369,8 +394,3 @@ class AgentDriver:
             answer.cancel()
         self._confirmations.clear()
         self._inputs.clear()
-
-
-def _title(text: str, limit: int = 80) -> str:
-    line = " ".join(text.split())
-    return line if len(line) <= limit else line[: limit - 1] + "…"

@@ -1,8 +1,8 @@
 """pi / xcsh agents behind an AHP host, on asyncio: one agent process per AHP session.
 
 :class:`PiAgentRunner` is a :class:`~agenthost_protocol.aio.HostServer`'s
-event handler (it installs itself, as
-:class:`~agenthost_protocol.aio.DemoPacer` does).  pi's RPC mode serves one
+event handler (it installs itself, where an agent of the agent layer has an
+:class:`~agenthost_protocol.agent.AgentDriver`).  pi's RPC mode serves one
 session per process, so each ``createSession`` spawns ``COMMAND ARGS`` (for
 example ``pi --mode rpc --no-session``) with stdin and stdout as pipes, and
 connects it to the new session's one chat through a

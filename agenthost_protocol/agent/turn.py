@@ -100,26 +100,34 @@ class Turn:
         *,
         display_name: str | None = None,
         message: str | None = None,
+        intention: str | None = None,
         confirm: bool = False,
         confirmation_title: str | None = None,
+        call_id: str | None = None,
     ) -> ToolCall:
         """Start a tool call and return its handle once it may run.
 
-        With ``confirm``, the call waits for a client's approval (the
-        session shows ``InputNeeded`` meanwhile); ``call.approved`` says the
-        decision (a denied call is cancelled already).  Without it the call
-        runs at once.  Finish it with :meth:`ToolCall.complete` or
+        ``message`` is the invocation message (default "Running NAME"),
+        ``intention`` what the call is for, ``call_id`` its id (default
+        ``TURN.toolN``; a model's own id, say).  With ``confirm``, the call
+        waits for a client's approval (the session shows ``InputNeeded``
+        meanwhile); ``call.approved`` says the decision (a denied call is
+        cancelled already; a client that completed the call itself approved
+        it, and ``call.running`` is false).  Without it the call runs at
+        once.  Finish it with :meth:`ToolCall.complete` or
         :meth:`ToolCall.fail`; one left open is cancelled when the turn ends.
         """
         self._calls += 1
         self._markdown = self._reasoning = None
-        call_id = f"{self.id}.tool{self._calls}"
+        if call_id is None:
+            call_id = f"{self.id}.tool{self._calls}"
         label = display_name if display_name is not None else name
         invocation = message if message is not None else f"Running {label}"
         tool_input = input if isinstance(input, str) or input is None else json.dumps(
             dict(input), ensure_ascii=False)
         self._dispatch(t.ChatToolCallStartAction(turn_id=self.id, tool_call_id=call_id,
-                                                 tool_name=name, display_name=label))
+                                                 tool_name=name, display_name=label,
+                                                 intention=intention))
         call = ToolCall(self, call_id)
         if not confirm:
             self._dispatch(t.ChatToolCallReadyAction(
@@ -176,18 +184,41 @@ class ToolCall:
         self.approved = False
         """Whether it may run: approved by a client, or needing no approval."""
 
+    @property
+    def state(self) -> t.ToolCallState | None:
+        """The call's state in the chat (``None`` once its turn is no longer active)."""
+        host, chat = self._turn._driver.host, self._turn.chat
+        state = host.state(chat) if host.has_channel(chat) else None
+        if not isinstance(state, t.ChatState) or state.active_turn is None or (
+                state.active_turn.id != self._turn.id):
+            return None
+        for part in state.active_turn.response_parts:
+            if isinstance(part, t.ToolCallResponsePart) and getattr(
+                    part.tool_call, "tool_call_id", None) == self.id:
+                return part.tool_call
+        return None
+
+    @property
+    def running(self) -> bool:
+        """Whether the call runs and waits for its result (false once finished: by
+        :meth:`complete` or :meth:`fail`, or by a client that completed it itself)."""
+        return isinstance(self.state, t.ToolCallRunningState)
+
     async def complete(self, output: str | tuple[t.ToolResultContent, ...] = "", *,
                        past_tense: str = "Done") -> None:
         """The tool succeeded with ``output`` (text, or content blocks; a large output
-        is stored by the host and sent by reference)."""
+        is stored by the host and sent by reference).  A call that is not
+        :attr:`running` (denied, or completed by a client) is left as it is."""
         await self._finish(True, output, past_tense, None)
 
     async def fail(self, error: str, *, past_tense: str = "Failed") -> None:
-        """The tool failed with ``error``."""
+        """The tool failed with ``error`` (a call not :attr:`running` is left as it is)."""
         await self._finish(False, "", past_tense, t.ToolCallError(message=error))
 
     async def _finish(self, success: bool, output: str | tuple[t.ToolResultContent, ...],
                       past_tense: str, error: t.ToolCallError | None) -> None:
+        if not self.running:
+            return  # the reducer would drop the result: nothing to send
         content: tuple[t.ToolResultContent, ...] | None
         if isinstance(output, str):
             content = (t.ToolResultTextContent(text=output),) if output else None

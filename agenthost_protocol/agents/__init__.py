@@ -1,4 +1,4 @@
-"""Agents that drive a :class:`~agenthost_protocol.host.Host`, sans-I/O.
+"""Built-in agents, written on the agent layer (:mod:`agenthost_protocol.agent`).
 
 * :mod:`agenthost_protocol.agents.demo`: the deterministic demo agent of
   ``agenthost-protocol serve`` (see ``docs/serve.md``).
@@ -10,8 +10,6 @@ from .demo import (
     DEMO_MODEL,
     DEMO_PROVIDER,
     DemoAgent,
-    TurnPhase,
-    TurnRun,
     demo_agent_info,
     demo_root_state,
 )
@@ -20,8 +18,6 @@ __all__ = [
     "DEMO_MODEL",
     "DEMO_PROVIDER",
     "DemoAgent",
-    "TurnPhase",
-    "TurnRun",
     "demo_agent_info",
     "demo_root_state",
 ]

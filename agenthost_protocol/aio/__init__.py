@@ -13,7 +13,6 @@ protocol decides stays in :mod:`agenthost_protocol.host` and
   JSON-RPC message per text frame (imports ``websockets``, extra ``ws``);
 * :func:`serve_stdio`, :func:`serve_streams`: JSON Lines on stdin/stdout or
   any reader/writer pair;
-* :class:`DemoPacer`: the demo agent's turns played on the event loop;
 * :class:`AsyncClient`, :func:`connect`, :func:`connect_stdio`: the asyncio
   client (typed awaitable requests, events, a reconnect supervisor);
 * :func:`connected_client`, :class:`MemoryOpener`, :class:`MemoryLink`: a
@@ -39,7 +38,6 @@ if TYPE_CHECKING:
         connect,
         connect_stdio,
     )
-    from .demo import DemoPacer
     from .memory import MemoryLink, MemoryOpener, connected_client
     from .server import (
         CloseReason,
@@ -60,7 +58,6 @@ __all__ = [
     "CloseReason",
     "ConnectError",
     "ConnectionClosedError",
-    "DemoPacer",
     "EndOfStream",
     "EventHandler",
     "HostServer",
@@ -92,7 +89,6 @@ _MODULE_OF = {
          "connect", "connect_stdio"),
         ".client",
     ),
-    "DemoPacer": ".demo",
     **dict.fromkeys(("MemoryLink", "MemoryOpener", "connected_client"), ".memory"),
     **dict.fromkeys(
         ("CloseReason", "EndOfStream", "EventHandler", "HostServer", "MessageRefused",

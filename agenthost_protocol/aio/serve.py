@@ -3,10 +3,12 @@
 The agent is the built-in demo (the default), or a real agent process on
 stdio behind a bridge: an ACP agent (:mod:`..agent.acp_runner`, one
 process for every session) or a pi / xcsh agent in RPC mode
-(:mod:`..agent.pi_runner`, one process per session).  Each is driven by a
-:class:`ServedAgent` (the demo's :class:`~.demo.DemoPacer` or a runner)
-that the one serving path starts, if it can be started, before anything is
-served, and closes at the end.
+(:mod:`..agent.pi_runner`, one process per session), or an
+:class:`~agenthost_protocol.agent.Agent` of the agent layer (the demo is
+one).  Each is driven by a :class:`ServedAgent` (an
+:class:`~agenthost_protocol.agent.AgentService` or a runner) that the one
+serving path starts, if it can be started, before anything is served, and
+closes at the end.
 
 :func:`serve_host` runs until it is told to stop (SIGINT, SIGTERM, or the
 ``stop`` event) or, with ``stdio``, until the one connection ends; then the
@@ -33,10 +35,10 @@ from attrs import field, frozen
 
 from .. import types as t
 from .._version import __version__
-from ..agents.demo import DemoAgent, demo_root_state
+from ..agent.run import AgentService, build_agent_server
+from ..agents.demo import DemoAgent
 from ..host import Host
 from .access import AccessPolicy, is_loopback, new_token, url_with_token
-from .demo import DemoPacer
 from .server import HostServer, ServerLimits
 from .stdio import serve_stdio
 
@@ -131,7 +133,7 @@ class AgentStartError(Exception):
 
 
 class ServedAgent(Protocol):
-    """What plays the host's agent: the demo's pacer, or a runner of agent processes.
+    """What plays the host's agent: an agent layer's service, or a runner of agent processes.
 
     It is the server's event handler (it installs itself).  ``close`` stops
     it, its tasks and its processes, bounded in time; it is called once, at
@@ -158,17 +160,10 @@ def _wall_clock() -> int:
 
 def build_demo_server(
     options: ServeOptions, clock: Callable[[], int] = _wall_clock
-) -> tuple[HostServer, DemoPacer]:
-    """A :class:`HostServer` whose host runs the demo agent, and the agent's pacer."""
-    host = Host(
-        clock=clock,
-        server_info=t.Implementation(name=SERVER_NAME, version=__version__),
-        root=demo_root_state(),
-        replay_max_envelopes=options.replay_window,
-    )
-    server = HostServer(host, limits=options.limits)
-    pacer = DemoPacer(DemoAgent(host), server, step_delay=options.step_delay)
-    return server, pacer
+) -> tuple[HostServer, AgentService]:
+    """A :class:`HostServer` whose host runs the demo agent (``options.step_delay``
+    apart), and the agent's service."""
+    return build_agent_server(DemoAgent(step_delay=options.step_delay), options, clock)
 
 
 def build_server(
@@ -183,8 +178,6 @@ def build_server(
     extra (``agent-client-protocol``) is missing.
     """
     if options.agent_object is not None:
-        from ..agent.run import build_agent_server  # noqa: PLC0415
-
         return build_agent_server(options.agent_object, options, clock)
     kind = options.agent
     if kind is AgentKind.DEMO:

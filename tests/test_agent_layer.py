@@ -20,7 +20,14 @@ import pytest
 
 from agenthost_protocol import methods
 from agenthost_protocol import types as t
-from agenthost_protocol.agent import Agent, Turn, build_agent_server, load_agent
+from agenthost_protocol.agent import (
+    Agent,
+    AgentError,
+    NewSession,
+    Turn,
+    build_agent_server,
+    load_agent,
+)
 from agenthost_protocol.aio import AsyncClient, MemoryOpener, ServerLimits, connected_client
 from agenthost_protocol.aio.client import RequestError
 from agenthost_protocol.aio.serve import ServeOptions
@@ -381,3 +388,131 @@ def test_serve_runs_the_reverse_example_for_chat(tmp_path: Path) -> None:
             assert re.match(rb"four three two one\s", done.stdout), done.stdout
 
     run(body(), 60)
+
+
+# -- hooks for an agent that keeps its own state (the pi runner's kind) --------------------
+
+
+class Managed(Agent):
+    """Sets sessions up asynchronously, keeps its chat itself, learns its models late."""
+
+    provider = "managed"
+    manages_chats = True
+
+    def __init__(self) -> None:
+        self.go = asyncio.Event()
+        self.actions: list[str] = []
+        self.disposed: list[str] = []
+        self.cancelled: list[str] = []
+
+    def info(self) -> t.AgentInfo:
+        return t.AgentInfo(provider=self.provider, display_name="Managed", description="",
+                           models=())  # one chat per session: no multiple_chats
+
+    async def create_session(self, session: NewSession) -> None:
+        if session.uri.endswith("bad"):
+            raise AgentError("cannot start it", error_type="spawn")
+        try:
+            await self.go.wait()
+        except asyncio.CancelledError:
+            self.cancelled.append(session.uri)
+            raise
+        self.driver.set_models((t.SessionModelInfo(id="m1", provider=self.provider, name="M"),))
+
+    async def dispose_session(self, session: str) -> None:
+        self.disposed.append(session)
+
+    def client_action(self, channel: str, action: t.StateAction) -> None:
+        self.actions.append(action.type)
+        if isinstance(action, t.ChatToolCallApprovedAction):  # the agent decides, not the layer
+            self.driver.dispatch_actions([
+                (channel, t.ChatToolCallCompleteAction(
+                    turn_id=action.turn_id, tool_call_id=action.tool_call_id,
+                    result=t.ToolCallResult(success=True, past_tense_message="Ran"))),
+                (channel, t.ChatTurnCompleteAction(turn_id=action.turn_id, duration=5)),
+            ])
+
+    async def turn(self, turn: Turn) -> None:
+        self.driver.dispatch_actions([
+            (turn.chat, t.ChatToolCallStartAction(turn_id=turn.id, tool_call_id="c1",
+                                                  tool_name="run", display_name="run")),
+            (turn.chat, t.ChatToolCallReadyAction(turn_id=turn.id, tool_call_id="c1",
+                                                  invocation_message="Run",
+                                                  confirmation_title="Run it?")),
+            ("ahp-chat:/gone", t.ChatTurnCompleteAction(turn_id=turn.id, duration=1)),
+        ])
+        while turn.active:
+            await asyncio.sleep(0.01)
+
+
+def test_an_agent_sets_sessions_up_keeps_its_chats_and_learns_models() -> None:
+    async def body() -> None:
+        agent = Managed()
+        server, service = build_agent_server(agent, ServeOptions(limits=ServerLimits()), clock)
+        await service.start()
+        try:
+            async with connected_client(server) as client:
+                await client.initialize(["ahp-root://"])
+                # a failing set-up fails the session with the error's type and text
+                await client.create_session("ahp-session:/bad")
+                await client.subscribe("ahp-session:/bad")
+                failed = await client.wait_for_state(
+                    "ahp-session:/bad", lambda s: isinstance(s, t.SessionState)
+                    and s.lifecycle != t.SessionLifecycle.CREATING, timeout=TIMEOUT)
+                assert isinstance(failed, t.SessionState) and failed.creation_error is not None
+                assert (failed.creation_error.error_type, failed.creation_error.message) == (
+                    "spawn", "cannot start it")
+                # answered first, ready once the agent is done
+                await client.create_session(SESSION)
+                snapshot = await client.subscribe(SESSION)
+                assert snapshot is not None and isinstance(snapshot.state, t.SessionState)
+                assert snapshot.state.lifecycle == t.SessionLifecycle.CREATING
+                agent.go.set()
+                ready = await client.wait_for_state(
+                    SESSION, lambda s: isinstance(s, t.SessionState)
+                    and s.lifecycle == t.SessionLifecycle.READY, timeout=TIMEOUT)
+                assert isinstance(ready, t.SessionState) and ready.default_chat is not None
+                chat = ready.default_chat
+                await client.subscribe(chat)
+                root = client.state("ahp-root://")
+                assert isinstance(root, t.RootState)
+                assert [m.id for m in root.agents[0].models] == ["m1"]
+                assert root.active_sessions == 1
+                with pytest.raises(RequestError) as refused:
+                    await client.create_chat(SESSION)
+                assert refused.value.code == -32602  # one chat per session
+                # the agent's own confirmation: the layer resolves nothing, the agent ends it
+                await start_turn(client, chat, "go")
+                state = await until(client, chat, lambda s: pending_call(s) is not None)
+                assert state.status == t.SessionStatus.INPUT_NEEDED
+                await client.dispatch(chat, t.ChatToolCallApprovedAction(
+                    turn_id="t1", tool_call_id="c1",
+                    confirmed=t.ToolCallConfirmationReason.USER_ACTION))
+                state = await until(client, chat, lambda s: bool(s.turns))
+                assert state.turns[0].state == t.TurnState.COMPLETE
+                assert t.ActionType.CHAT_TOOL_CALL_CONFIRMED in agent.actions
+                (summary,) = (await client.list_sessions()).items
+                assert summary.status == t.SessionStatus.IDLE
+                # queued messages are the agent's too
+                await client.dispatch(chat, t.ChatPendingMessageSetAction(
+                    kind=t.PendingMessageKind.QUEUED, id="q1",
+                    message=t.Message(text="later", origin=USER)))
+                await asyncio.sleep(0.05)
+                state = await until(client, chat, lambda s: True)
+                assert state.active_turn is None and len(state.queued_messages or ()) == 1
+                # disposal: the async hook; a session still being set up is cancelled
+                await client.dispose_session(SESSION)
+                agent.go.clear()
+                await client.create_session("ahp-session:/slow")
+                await client.dispose_session("ahp-session:/slow")
+                for _ in range(100):
+                    if agent.disposed and agent.cancelled:
+                        break
+                    await asyncio.sleep(0.01)
+                assert agent.disposed == [SESSION]
+                assert agent.cancelled == ["ahp-session:/slow"]
+        finally:
+            await service.close()
+            await server.close()
+
+    run(body())

@@ -19,7 +19,7 @@ WebSocket); ``import agenthost_protocol`` does not import it.
 
 from __future__ import annotations
 
-from .base import Agent
+from .base import Agent, AgentError, NewSession
 from .driver import AgentDriver
 from .run import AgentService, build_agent_server, load_agent, run
 from .turn import ToolCall, Turn
@@ -27,7 +27,9 @@ from .turn import ToolCall, Turn
 __all__ = [
     "Agent",
     "AgentDriver",
+    "AgentError",
     "AgentService",
+    "NewSession",
     "ToolCall",
     "Turn",
     "build_agent_server",

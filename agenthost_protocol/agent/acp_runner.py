@@ -67,7 +67,9 @@ from ..errors import LocalProtocolError
 from ..host import ClientActionApplied, Event, Host, RequestReceived
 from ..types.error_codes import AhpErrorCode, JsonRpcErrorCode
 from .dispatch import dispatch_agent_action
-from .pi_runner import _AgentProcess, _spawn_agent_process, _until
+from .processes import AgentProcess as _AgentProcess
+from .processes import spawn_agent_process as _spawn_agent_process
+from .processes import until as _until
 
 __all__ = ["ACP_PROVIDER", "AcpAgentCommand", "AcpAgentRunner", "acp_agent_info",
            "acp_root_state", "build_acp_server"]

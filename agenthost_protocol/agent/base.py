@@ -10,12 +10,35 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, ClassVar
 
+from attrs import frozen
+
 from .. import types as t
 
 if TYPE_CHECKING:
+    from .driver import AgentDriver
     from .turn import Turn
 
-__all__ = ["Agent"]
+__all__ = ["Agent", "AgentError", "NewSession"]
+
+
+class AgentError(Exception):
+    """An error whose ``error_type`` the layer reports (``session/creationFailed``,
+    ``chat/error``); other exceptions report their class name."""
+
+    def __init__(self, message: str, *, error_type: str = "agent") -> None:
+        super().__init__(message)
+        self.error_type = error_type
+
+
+@frozen(kw_only=True)
+class NewSession:
+    """A session being created, as :meth:`Agent.create_session` sees it."""
+
+    uri: str
+    chat: str
+    """The URI its default chat will have."""
+    working_directories: tuple[str, ...] | None = None
+    active_client: t.SessionActiveClient | None = None
 
 
 class Agent:
@@ -33,6 +56,22 @@ class Agent:
     display_name: ClassVar[str | None] = None
     description: ClassVar[str] = ""
     models: ClassVar[tuple[str, ...]] = ()
+    manages_chats: ClassVar[bool] = False
+    """True: the agent keeps its chats' tool-call confirmations, input requests
+    and queued messages itself, from :meth:`client_action` (a bridge to an
+    agent with its own state machine).  The layer still plays a ``turn`` task
+    per client-started turn and cancels it, but resolves no confirmation or
+    input of its own (``Turn.tool(confirm=True)`` and ``Turn.ask`` would
+    wait forever) and starts no turn for a queued message."""
+
+    _driver: AgentDriver | None = None
+
+    @property
+    def driver(self) -> AgentDriver:
+        """The driver serving this agent (to dispatch what it computed itself)."""
+        if self._driver is None:
+            raise RuntimeError(f"{type(self).__name__} is not driven by an AgentDriver yet")
+        return self._driver
 
     async def turn(self, turn: Turn) -> None:
         """Play one turn: stream the reply, run tools, ask.  Returning ends the turn
@@ -46,6 +85,24 @@ class Agent:
 
     async def close(self) -> None:
         """Called once at the end, after every turn was cancelled."""
+
+    async def create_session(self, session: NewSession) -> None:
+        """Set up a new session before it is ready (start its process ...).
+
+        ``createSession`` is answered first; returning makes the session
+        ready (its default chat is ``session.chat``), raising fails it
+        (``session/creationFailed`` with the exception's text; its
+        ``error_type`` for an :class:`AgentError`).  It is cancelled when the
+        session is disposed or the host closes meanwhile.  Not overridden,
+        the session is ready at once."""
+
+    async def dispose_session(self, session: str) -> None:
+        """A ready session was disposed (after :meth:`session_disposed`): release what
+        it held.  ``close`` waits for it."""
+
+    def client_action(self, channel: str, action: t.StateAction) -> None:
+        """A client's action the host applied on a session or chat channel, before the
+        layer acts on it (starts or cancels a turn ...)."""
 
     def session_created(self, session: str) -> None:
         """A session was created (and is ready, with its default chat)."""

@@ -22,14 +22,23 @@ what every agent needs and none should write:
   summaries kept in step (``session/chatUpdated``,
   ``root/sessionSummaryChanged``, ``activeSessions``); large tool outputs
   sent by reference; the server flushed after every step.
+
+An agent that keeps state of its own gets hooks: ``create_session`` (async,
+may fail the session), ``dispose_session`` (async), ``client_action``
+(every client action on a session or chat), ``manages_chats`` (the agent
+keeps confirmations, inputs and queued messages itself); and it dispatches
+what it computed with :meth:`AgentDriver.dispatch_actions` and updates its
+models with :meth:`AgentDriver.set_models`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TypeVar
+
+import attrs
 
 from .. import types as t
 from ..channels import ROOT_CHANNEL, ChannelKind, channel_kind
@@ -37,7 +46,8 @@ from ..errors import LocalProtocolError
 from ..host import ClientActionApplied, Event, Host, RequestReceived
 from ..host.sessions import iso
 from ..types.error_codes import AhpErrorCode, JsonRpcErrorCode
-from .base import Agent
+from .base import Agent, AgentError, NewSession
+from .dispatch import dispatch_agent_action
 from .turn import Turn
 
 __all__ = ["AgentDriver"]
@@ -56,6 +66,15 @@ class AgentDriver:
         self.agent = agent
         self.host = host
         self._flush = flush
+        agent._driver = self
+        info = agent.info()
+        self._provider = info.provider
+        self._one_chat = info.capabilities is None or info.capabilities.multiple_chats is None
+        self._deferred = type(agent).create_session is not Agent.create_session
+        """The agent sets its sessions up itself: they are ready once it is done."""
+        self._creating: dict[str, asyncio.Task[None]] = {}
+        """Sessions being set up by the agent -> the task waiting for it."""
+        self._hooks: set[asyncio.Task[None]] = set()
         self._tasks: dict[str, tuple[str, asyncio.Task[None]]] = {}
         """chat -> (turn id, the task playing it)."""
         self._owner: dict[str, str] = {}
@@ -109,17 +128,24 @@ class AgentDriver:
     def _client_action(self, envelope: t.ActionEnvelope) -> None:
         uri, action = envelope.channel, envelope.action
         kind = channel_kind(uri)
+        if kind is not ChannelKind.SESSION and kind is not ChannelKind.CHAT:
+            return
+        try:
+            self.agent.client_action(uri, action)
+        except Exception:
+            log.exception("the agent's client_action hook failed on %s", action.type)
         if kind is ChannelKind.SESSION:
             self._announce(uri)
             return
-        if kind is not ChannelKind.CHAT:
-            return
         self._mirror(uri)
+        manages = type(self.agent).manages_chats
         match action:
             case t.ChatTurnStartedAction(turn_id=turn_id, message=message):
                 self._start(uri, turn_id, message)
             case t.ChatTurnCancelledAction(turn_id=turn_id):
                 self._stop(uri, turn_id)
+            case _ if manages:
+                pass
             case t.ChatToolCallApprovedAction(turn_id=turn_id, tool_call_id=call_id):
                 self._decide(uri, turn_id, call_id, True)
             case t.ChatToolCallDeniedAction(turn_id=turn_id, tool_call_id=call_id):
@@ -151,6 +177,41 @@ class AgentDriver:
         self.host.dispatch(session, action)
         self._announce(session)
         self._flush()
+
+    def dispatch_actions(self, actions: Iterable[tuple[str, t.StateAction]]) -> None:
+        """Dispatch actions the agent computed itself, ``(channel, action)`` in order:
+        those on channels that are gone are dropped, large content goes by
+        reference, an unencodable value is repaired (never fatal); then the
+        catalogue and summaries are kept in step and the server flushed once."""
+        chats: dict[str, None] = {}
+        sessions: dict[str, None] = {}
+        for channel, action in actions:
+            if not self.host.has_channel(channel):
+                continue
+            dispatch_agent_action(self.host, channel, action, log)
+            kind = channel_kind(channel)
+            if kind is ChannelKind.CHAT:
+                chats[channel] = None
+            elif kind is ChannelKind.SESSION:
+                sessions[channel] = None
+        for chat in chats:
+            self._mirror(chat)
+        for session in sessions:
+            self._announce(session)
+        self._flush()
+
+    def set_models(self, models: tuple[t.SessionModelInfo, ...]) -> None:
+        """The agent's models, learned at run time, into its entry of the root state
+        (``root/agentsChanged`` when they changed)."""
+        root = self.host.state(ROOT_CHANNEL)
+        if not isinstance(root, t.RootState):
+            return
+        agents = tuple(attrs.evolve(a, models=models)
+                       if a.provider == self._provider and a.models != models else a
+                       for a in root.agents)
+        if agents != root.agents:
+            self.host.dispatch(ROOT_CHANNEL, t.RootAgentsChangedAction(agents=agents))
+            self._flush()
 
     def expect_confirmation(self, chat: str, turn_id: str,
                             call_id: str) -> asyncio.Future[bool]:
@@ -215,6 +276,10 @@ class AgentDriver:
         for ask in [k for k in self._inputs if k[0] == chat]:
             self._inputs.pop(ask).cancel()
 
+    def is_active(self, chat: str, turn_id: str) -> bool:
+        """Whether ``turn_id`` is ``chat``'s active turn."""
+        return self._is_active(chat, turn_id)
+
     def _live(self, turn: Turn) -> bool:
         return self._is_active(turn.chat, turn.id)
 
@@ -234,7 +299,7 @@ class AgentDriver:
                 text = str(e) or type(e).__name__
                 self._end(turn, t.ChatErrorAction(
                     turn_id=turn.id, duration=self._duration(turn),
-                    error=t.ErrorInfo(error_type=type(e).__name__, message=text)))
+                    error=t.ErrorInfo(error_type=_error_type(e), message=text)))
         else:
             if self._live(turn):
                 self._end(turn, t.ChatTurnCompleteAction(turn_id=turn.id,
@@ -258,7 +323,8 @@ class AgentDriver:
     def _consume_queued(self, chat: str) -> None:
         state = self.host.state(chat) if self.host.has_channel(chat) else None
         if (not isinstance(state, t.ChatState) or state.active_turn is not None
-                or not state.queued_messages or chat in self._tasks or self._closed):
+                or not state.queued_messages or chat in self._tasks or self._closed
+                or type(self.agent).manages_chats):
             return
         first = state.queued_messages[0]
         self.host.dispatch(chat, t.ChatPendingMessageRemovedAction(
@@ -288,7 +354,7 @@ class AgentDriver:
         if not isinstance(params, t.CreateSessionParams):
             raise LocalProtocolError(f"{event.method} is not createSession")
         uri = params.channel
-        provider = type(self.agent).provider
+        provider = self._provider
         if channel_kind(uri) is not ChannelKind.SESSION:
             event.responder.error(JsonRpcErrorCode.INVALID_PARAMS,
                                   f"{uri!r} is not a session URI (ahp-session:/<id>)")
@@ -304,10 +370,41 @@ class AgentDriver:
             event.responder.error(JsonRpcErrorCode.INVALID_PARAMS,
                                   "this agent cannot fork sessions (fork a chat instead)")
             return
+        if self._closed:
+            event.responder.error(JsonRpcErrorCode.INTERNAL_ERROR, "the host is shutting down")
+            return
         directories = params.working_directories[:1] if params.working_directories else None
         self.host.create_session(uri, provider=provider, working_directories=directories)
         event.responder.respond(None)
         chat = self._free_chat_uri(uri)
+        if self._deferred:
+            setup = NewSession(uri=uri, chat=chat, working_directories=directories,
+                               active_client=params.active_client)
+            self._creating[uri] = asyncio.get_running_loop().create_task(
+                self._set_up(setup, params))
+            return
+        self._ready(uri, chat, params)
+
+    async def _set_up(self, setup: NewSession, params: t.CreateSessionParams) -> None:
+        uri = setup.uri
+        try:
+            await self.agent.create_session(setup)
+        except Exception as e:
+            text = str(e) or type(e).__name__
+            log.warning("session %s failed: %s", uri, text)
+            if self.host.has_channel(uri):
+                self.host.fail_session(uri, t.ErrorInfo(error_type=_error_type(e),
+                                                        message=text))
+                self._flush()
+            return
+        finally:
+            if self._creating.get(uri) is asyncio.current_task():
+                del self._creating[uri]
+        if self.host.has_channel(uri):
+            self._ready(uri, setup.chat, params)
+            self._flush()
+
+    def _ready(self, uri: str, chat: str, params: t.CreateSessionParams) -> None:
         self._owner[chat] = uri
         self._announced[uri] = self.host.ready_session(uri, default_chat=chat)
         if params.active_client is not None:
@@ -337,6 +434,13 @@ class AgentDriver:
                           t.SessionState):
             event.responder.error(AhpErrorCode.SESSION_NOT_FOUND, f"no session {uri!r}")
             return
+        creating = self._creating.pop(uri, None)
+        if creating is not None:  # the agent was still setting it up: it stops
+            creating.cancel()
+            self._track(creating)
+            self.host.dispose_session(uri)
+            event.responder.respond(None)
+            return
         for chat in [c for c, owner in self._owner.items() if owner == uri]:
             del self._owner[chat]
             self._stop(chat)
@@ -345,12 +449,29 @@ class AgentDriver:
             self._count_sessions()
         event.responder.respond(None)
         self._hook(self.agent.session_disposed, uri)
+        self._track(asyncio.get_running_loop().create_task(self._dispose(uri)))
+
+    async def _dispose(self, uri: str) -> None:
+        try:
+            await self.agent.dispose_session(uri)
+        except Exception:
+            log.exception("the agent's dispose_session hook failed for %s", uri)
+
+    def _track(self, task: asyncio.Task[None]) -> None:
+        self._hooks.add(task)
+        task.add_done_callback(self._hooks.discard)
+
+    def _one_chat_only(self, event: RequestReceived) -> bool:
+        if self._one_chat:
+            event.responder.error(JsonRpcErrorCode.INVALID_PARAMS,
+                                  "a session of this agent has exactly one chat")
+        return self._one_chat
 
     def _create_chat(self, event: RequestReceived) -> None:
         params = event.params
         if not isinstance(params, t.CreateChatParams):
             raise LocalProtocolError(f"{event.method} is not createChat")
-        if self.host.answer_create_chat(event) is None:
+        if self._one_chat_only(event) or self.host.answer_create_chat(event) is None:
             return
         self._owner[params.chat] = params.channel
         self._announce(params.channel)
@@ -361,6 +482,8 @@ class AgentDriver:
         params = event.params
         if not isinstance(params, t.DisposeChatParams):
             raise LocalProtocolError(f"{event.method} is not disposeChat")
+        if self._one_chat_only(event):
+            return
         self._stop(params.channel)
         session = self._owner.get(params.channel)
         if self.host.answer_dispose_chat(event):
@@ -383,8 +506,9 @@ class AgentDriver:
     async def close(self) -> None:
         """Cancel every turn (they stay as they are in the host's state) and wait."""
         self._closed = True
-        tasks = [task for _, task in self._tasks.values()]
+        tasks = [task for _, task in self._tasks.values()] + list(self._creating.values())
         self._tasks.clear()
+        self._creating.clear()
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -394,3 +518,8 @@ class AgentDriver:
             answer.cancel()
         self._confirmations.clear()
         self._inputs.clear()
+        await asyncio.gather(*self._hooks, return_exceptions=True)
+
+
+def _error_type(e: BaseException) -> str:
+    return e.error_type if isinstance(e, AgentError) else type(e).__name__

@@ -51,6 +51,12 @@ class Turn:
         return self.message.text
 
     @property
+    def active(self) -> bool:
+        """Whether this turn is still its chat's active turn (an agent that ends its
+        turns itself, ``manages_chats``, waits for this to become false)."""
+        return self._driver.is_active(self.chat, self.id)
+
+    @property
     def attachments(self) -> tuple[t.MessageAttachment, ...]:
         return self.message.attachments or ()
 

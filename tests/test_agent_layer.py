@@ -31,6 +31,7 @@ from agenthost_protocol.agent import (
 from agenthost_protocol.aio import AsyncClient, MemoryOpener, ServerLimits, connected_client
 from agenthost_protocol.aio.client import RequestError
 from agenthost_protocol.aio.serve import ServeOptions
+from agenthost_protocol.types.error_codes import AhpErrorCode
 from examples.reverse import Reverse
 
 from ._aio_hosts import run
@@ -511,6 +512,86 @@ def test_an_agent_sets_sessions_up_keeps_its_chats_and_learns_models() -> None:
                     await asyncio.sleep(0.01)
                 assert agent.disposed == [SESSION]
                 assert agent.cancelled == ["ahp-session:/slow"]
+        finally:
+            await service.close()
+            await server.close()
+
+    run(body())
+
+
+class ReadyFirst(Agent):
+    """Sets sessions up before ``createSession`` is answered (the ACP runner's kind)."""
+
+    provider = "first"
+    answers_when_ready = True
+
+    def __init__(self) -> None:
+        self.go = asyncio.Event()
+        self.taking = True
+
+    def refuse_session(self, session: NewSession) -> str | None:
+        return None if self.taking else "not taking sessions"
+
+    async def create_session(self, session: NewSession) -> t.SessionConfigState | None:
+        await self.go.wait()
+        if session.uri.endswith("bad"):
+            raise AgentError("no session for you", error_type="agent:new")
+        self.driver.set_info(t.AgentInfo(provider=self.provider, display_name="Learnt",
+                                         description="named at run time", models=()))
+        return t.SessionConfigState(schema=t.SessionConfigSchema(properties={}),
+                                    values={"mode": "ask"})
+
+    async def turn(self, turn: Turn) -> None:
+        await turn.stream("ok")
+
+
+def test_an_agent_may_answer_create_session_once_ready_or_refuse_it() -> None:
+    async def body() -> None:
+        agent = ReadyFirst()
+        server, service = build_agent_server(agent, ServeOptions(limits=ServerLimits()), clock)
+        await service.start()
+        try:
+            async with connected_client(server) as client:
+                await client.initialize(["ahp-root://"])
+                creating = asyncio.ensure_future(client.create_session(SESSION))
+                await asyncio.sleep(0.05)
+                assert not creating.done() and not server.host.has_channel(SESSION)
+                with pytest.raises(RequestError) as taken:  # its URI is taken meanwhile
+                    await client.create_session(SESSION)
+                assert taken.value.code == AhpErrorCode.SESSION_ALREADY_EXISTS
+                agent.go.set()
+                assert await asyncio.wait_for(creating, TIMEOUT) == SESSION
+                # answered: ready, with its chat and the config the agent returned
+                state = server.host.state(SESSION)
+                assert isinstance(state, t.SessionState)
+                assert state.lifecycle == t.SessionLifecycle.READY
+                assert state.default_chat is not None
+                assert server.host.has_channel(state.default_chat)
+                assert state.config is not None and state.config.values == {"mode": "ask"}
+                root = server.host.state("ahp-root://")
+                assert isinstance(root, t.RootState)
+                assert [(a.provider, a.display_name) for a in root.agents] == [
+                    ("first", "Learnt")]
+                # a failed set-up: created failed, and answered
+                await client.create_session("ahp-session:/bad")
+                failed = server.host.state("ahp-session:/bad")
+                assert isinstance(failed, t.SessionState)
+                assert failed.creation_error == t.ErrorInfo(error_type="agent:new",
+                                                            message="no session for you")
+                # refused: an error answer, no session
+                agent.taking = False
+                with pytest.raises(RequestError) as refused:
+                    await client.create_session("ahp-session:/no")
+                assert refused.value.code == -32603
+                assert "not taking sessions" in str(refused.value)
+                assert not server.host.has_channel("ahp-session:/no")
+                # one being set up when the host closes is answered, not left hanging
+                agent.taking, agent.go = True, asyncio.Event()
+                pending = asyncio.ensure_future(client.create_session("ahp-session:/late"))
+                await asyncio.sleep(0.05)
+                await service.close()
+                with pytest.raises(RequestError):
+                    await asyncio.wait_for(pending, TIMEOUT)
         finally:
             await service.close()
             await server.close()

@@ -1,33 +1,39 @@
-"""An ACP agent process behind an AHP host, on asyncio (extra ``acp``).
+"""An ACP agent process behind an AHP host, on the agent layer (extra ``acp``).
 
-:class:`AcpAgentRunner` spawns an agent that speaks the Agent Client Protocol
-on stdio, with the ACP SDK's JSON-RPC connection (``agent-client-protocol``:
-``acp.transports.spawn_stdio_transport`` and ``acp.connection.Connection``),
-and connects it to a :class:`~agenthost_protocol.aio.HostServer`:
+:class:`AcpAgentRunner` is an :class:`~agenthost_protocol.agent.Agent` whose
+:class:`~agenthost_protocol.agent.AgentDriver` it installs as the server's
+handler: the driver does the protocol (sessions, listings, disposal,
+summaries, turn tasks); what is left here is ACP's.  One agent process,
+speaking the Agent Client Protocol on stdio through the ACP SDK's JSON-RPC
+``acp.connection.Connection``, serves every session:
 
-* it is the server's event handler (it installs itself; an agent of the agent
-  layer has an :class:`~agenthost_protocol.agent.AgentDriver` there): it answers the commands
-  the host core leaves to the embedder (``createSession`` runs ACP
-  ``session/new``; ``listSessions``, ``disposeSession``, ``fetchTurns`` ...)
-  and hands every applied client action to the session's
-  :class:`~agenthost_protocol.bridges.acp.AcpBridge`;
-* one AHP session (with its one chat) per ACP session, the agent's models (its
-  ``model`` config option) and name in the root state;
-* what the bridges return is carried out: AHP actions dispatched on the host
-  (then flushed to every connection), requests and notifications sent to the
-  agent, the agent's waiting requests answered.
+* :meth:`~AcpAgentRunner.start` spawns it and sends ``initialize``; its name
+  goes into the root state (:meth:`~AgentDriver.set_info`);
+* :meth:`~AcpAgentRunner.create_session` runs ``session/new`` before
+  ``createSession`` is answered (``answers_when_ready``): the session is then
+  ready with the agent's config and a
+  :class:`~agenthost_protocol.bridges.acp.AcpBridge`, its models in the root
+  state (:meth:`~AgentDriver.set_models`); the agent's error text fails it;
+* the agent's notifications and requests (permission, elicitation) go to
+  the session's bridge, whose outputs are carried out: AHP actions through
+  :meth:`~AgentDriver.dispatch_actions`, requests and notifications sent to
+  the agent, its waiting requests answered; every client action goes to the
+  bridge (:meth:`~AcpAgentRunner.client_action`, ``manages_chats``), and
+  :meth:`~AcpAgentRunner.turn` waits for the bridge to end the turn;
+* a disposed session's prompt is cancelled, its waiting requests answered
+  and, if the agent can, ``session/close`` sent.
 
 The agent's requests are read as raw JSON (the SDK's low-level connection),
 so the bridge sees exactly what the agent sent, whatever schema version it
 was built against.  The agent may not read or write files or run terminals
 through the host: the runner advertises neither ``fs`` nor ``terminal``.
 
-The agent runs in a process group of its own (not the SDK's
-``spawn_stdio_transport``, which signals only its direct child and then
-waits for it without a bound): :meth:`AcpAgentRunner.close` cancels the
-prompts in flight, closes its stdin, then signals the whole group, every
-step bounded, so neither the agent nor what it started (Codex's native
-binary, a shell tool) outlives the runner.
+The agent runs in a process group of its own (:mod:`.processes`; not the
+SDK's ``spawn_stdio_transport``, which signals only its direct child and
+then waits for it without a bound): :meth:`AcpAgentRunner.close` cancels the
+turns and the prompts in flight, closes its stdin, then signals the whole
+group, every step bounded, so neither the agent nor what it started
+(Codex's native binary, a shell tool) outlives the runner.
 """
 
 from __future__ import annotations
@@ -62,14 +68,13 @@ from ..bridges.acp import (
     PromptCapabilities,
     acp_error_message,
 )
-from ..channels import ROOT_CHANNEL, ChannelKind, channel_kind
-from ..errors import LocalProtocolError
-from ..host import ClientActionApplied, Event, Host, RequestReceived
-from ..types.error_codes import AhpErrorCode, JsonRpcErrorCode
-from .dispatch import dispatch_agent_action
+from ..host import Host
+from .base import Agent, AgentError, NewSession
+from .driver import AgentDriver
 from .processes import AgentProcess as _AgentProcess
 from .processes import spawn_agent_process as _spawn_agent_process
 from .processes import until as _until
+from .turn import Turn
 
 __all__ = ["ACP_PROVIDER", "AcpAgentCommand", "AcpAgentRunner", "acp_agent_info",
            "acp_root_state", "build_acp_server"]
@@ -136,18 +141,21 @@ def build_acp_server(
     return server, AcpAgentRunner(server, agent, provider=provider, session_cwd=session_cwd)
 
 
-class AcpAgentRunner:
+class AcpAgentRunner(Agent):
     """One ACP agent process serving every session of ``server``'s host.
 
     Call :meth:`start` (spawns the agent, ``initialize``), then serve; call
-    :meth:`close` to stop (prompts in flight cancelled, the agent's stdin
-    closed, then SIGTERM and SIGKILL to its process group).  ``provider`` is
-    the agent's provider id in the root state (the host's root should list
-    it: :func:`acp_root_state`); ``session_cwd`` is the ``cwd`` of
-    ``session/new`` when a client names no working directory (default: the
-    host's current directory); ``close_timeout`` bounds each step of
-    stopping the agent.
+    :meth:`close` to stop (the turns cancelled, prompts in flight cancelled,
+    the agent's stdin closed, then SIGTERM and SIGKILL to its process group).
+    ``provider`` is the agent's provider id in the root state (the host's
+    root should list it: :func:`acp_root_state`); ``session_cwd`` is the
+    ``cwd`` of ``session/new`` when a client names no working directory
+    (default: the host's current directory); ``close_timeout`` bounds each
+    step of stopping the agent.
     """
+
+    manages_chats = True
+    answers_when_ready = True
 
     def __init__(
         self,
@@ -175,26 +183,15 @@ class AcpAgentRunner:
         """ACP sessionId -> its bridge."""
         self._by_channel: dict[str, AcpBridge] = {}
         """AHP session and chat URIs -> the bridge."""
-        self._announced: dict[str, t.SessionSummary] = {}
         self._waiting: dict[int, asyncio.Future[BridgeOutput]] = {}
         """The agent's requests waiting for a bridge's answer, by our own request number."""
         self._numbers = itertools.count(1)
         self._tasks: set[asyncio.Task[None]] = set()
+        self._changed = asyncio.Event()
+        """Set whenever a bridge's output was carried out (turns wait on it)."""
         self._running = False
         self._closing = False
-        self._commands: dict[str, Callable[[RequestReceived], None]] = {
-            "createSession": self._create_session,
-            "disposeSession": self._dispose_session,
-            "listSessions": self.host.answer_list_sessions,
-            "createChat": self._create_chat,
-            "disposeChat": self._create_chat,
-            "fetchTurns": self._fetch_turns,
-            "completions": self._completions,
-            "resolveSessionConfig": self._resolve_session_config,
-            "sessionConfigCompletions": self._session_config_completions,
-            "authenticate": self._authenticate,
-        }
-        server.handler = self.handle
+        server.handler = AgentDriver(self, server.host, server.flush).handle
 
     @property
     def host(self) -> Host:
@@ -254,12 +251,14 @@ class AcpAgentRunner:
             version = info.get("version")
             if isinstance(name, str) and name:
                 described = f"{name} {version}" if isinstance(version, str) else name
-                self._set_info(attrs.evolve(self._info, display_name=name,
-                                            description=f"{described} (ACP)"))
+                self._info = attrs.evolve(self._info, display_name=name,
+                                          description=f"{described} (ACP)")
+                self.driver.set_info(self._info)
         self._spawn(self._watch(group))
 
     async def close(self) -> None:
-        """Stop the agent and what it started (bounded), end the turns still active.
+        """Stop the turns (the driver), then the agent and what it started (bounded);
+        the turns the agent did not end get ``chat/error``.
 
         First ``session/cancel`` for every prompt in flight, and a moment for
         the answers (agents stop their tools on a cancel; Gemini CLI's shell
@@ -268,6 +267,7 @@ class AcpAgentRunner:
         if self._closing:
             return
         self._closing = True
+        await self.driver.close()
         conn, group = self._conn, self._group
         bridges = list(self._bridges.values())
         if conn is not None and group is not None and self._running:
@@ -320,22 +320,70 @@ class AcpAgentRunner:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    # -- host events --------------------------------------------------------------------
+    # -- the agent layer's hooks --------------------------------------------------------
 
-    def handle(self, event: Event) -> None:
-        """The server's event handler."""
-        if isinstance(event, RequestReceived):
-            command = self._commands.get(event.method)
-            if command is None:
-                event.responder.error(JsonRpcErrorCode.METHOD_NOT_FOUND,
-                                      f"the ACP bridge does not support {event.method}")
-            else:
-                command(event)
-        elif isinstance(event, ClientActionApplied):
-            channel = event.envelope.channel
-            bridge = self._by_channel.get(channel)
-            if bridge is not None:
-                self._carry(bridge, bridge.receive_client_action(channel, event.envelope.action))
+    def info(self) -> t.AgentInfo:
+        return self._info
+
+    def title_for(self, message: t.Message) -> str:
+        return ""  # the bridge titles the session (the agent's session_info_update)
+
+    def refuse_session(self, session: NewSession) -> str | None:
+        return None if self._running and not self._closing else "the ACP agent is not running"
+
+    async def create_session(self, session: NewSession) -> t.SessionConfigState | None:
+        """``session/new``; the agent's error text fails the session."""
+        directories = session.working_directories
+        cwd = (_path(directories[0]) if directories else None) or self._session_cwd or os.getcwd()
+        conn = self._conn
+        try:
+            if conn is None or not self._running:
+                raise ConnectionError("the agent is gone")
+            result: object = await conn.send_request("session/new", {"cwd": cwd,
+                                                                      "mcpServers": []})
+            session_id = result.get("sessionId") if isinstance(result, Mapping) else None
+            if not isinstance(session_id, str) or not session_id:
+                raise RequestError(-32603, "session/new gave no sessionId")
+        except RequestError as e:  # the cause is in data (e.g. an HTTP 400 body)
+            raise AgentError(acp_error_message(e.code, str(e), e.data),
+                             error_type="acp:session/new") from e
+        except ConnectionError as e:
+            raise AgentError(str(e) or type(e).__name__, error_type="acp:session/new") from e
+        setup = AcpSessionSetup.from_new_session(result)
+        counter = itertools.count(1)
+        bridge = AcpBridge(
+            acp_session_id=session_id, session=session.uri, chat=session.chat,
+            new_id=lambda kind: f"acp-{kind}-{next(counter)}", now=self.host.now,
+            setup=setup, prompt_capabilities=self._caps,
+        )
+        self._bridges[session_id] = bridge
+        self._by_channel[session.uri] = self._by_channel[session.chat] = bridge
+        models = setup.models(self._provider)
+        if models:
+            self.driver.set_models(models)
+        return setup.config
+
+    def session_disposed(self, session: str) -> None:
+        """Stop the agent's work for a session nobody will see, and free what it holds."""
+        bridge = self._by_channel.get(session)
+        if bridge is None or bridge.session != session:
+            return
+        self._carry(bridge, bridge.dispose(close=self._closes_sessions))
+        self._bridges.pop(bridge.acp_session_id, None)
+        self._by_channel.pop(bridge.session, None)
+        self._by_channel.pop(bridge.chat, None)
+
+    def client_action(self, channel: str, action: t.StateAction) -> None:
+        bridge = self._by_channel.get(channel)
+        if bridge is not None:
+            self._carry(bridge, bridge.receive_client_action(channel, action))
+
+    async def turn(self, turn: Turn) -> None:
+        """The bridge got the turn's prompt (:meth:`client_action`) and ends the turn
+        itself, a cancel included (``session/cancel``): wait for that."""
+        while turn.active:
+            self._changed.clear()
+            await self._changed.wait()
 
     # -- the agent's messages -------------------------------------------------------------
 
@@ -382,13 +430,13 @@ class AcpAgentRunner:
         return busy[0] if len(busy) == 1 else None
 
     def _carry(self, bridge: AcpBridge, outputs: Iterable[BridgeOutput]) -> None:
-        """Do what a bridge said, in order, then send what changed to every connection."""
-        chats = False
+        """Do what a bridge said, in order: AHP actions through the driver (which keeps
+        the summaries and flushes), requests and notifications to the agent, the
+        agent's waiting requests answered."""
+        actions: list[tuple[str, t.StateAction]] = []
         for output in outputs:
             if isinstance(output, AhpDispatch):
-                if self.host.has_channel(output.channel):
-                    dispatch_agent_action(self.host, output.channel, output.action, log)
-                    chats = chats or output.channel == bridge.chat
+                actions.append((output.channel, output.action))
             elif isinstance(output, AcpRequest):
                 self._spawn(self._request(bridge, output))
             elif isinstance(output, AcpNotification):
@@ -397,10 +445,8 @@ class AcpAgentRunner:
                 future = self._waiting.get(output.request_id)  # type: ignore[arg-type]
                 if future is not None and not future.done():
                     future.set_result(output)
-        if chats:
-            self._mirror(bridge)
-        self._announce(bridge.session)
-        self._server.flush()
+        self.driver.dispatch_actions(actions)
+        self._changed.set()
 
     async def _request(self, bridge: AcpBridge, request: AcpRequest) -> None:
         conn = self._conn
@@ -424,165 +470,6 @@ class AcpAgentRunner:
             return
         with contextlib.suppress(ConnectionError):
             await conn.send_notification(notification.method, dict(notification.params))
-
-    # -- commands -------------------------------------------------------------------------
-
-    def _create_session(self, event: RequestReceived) -> None:
-        params = event.params
-        if not isinstance(params, t.CreateSessionParams):
-            raise LocalProtocolError(f"{event.method} is not createSession")
-        uri = params.channel
-        if channel_kind(uri) is not ChannelKind.SESSION:
-            event.responder.error(JsonRpcErrorCode.INVALID_PARAMS,
-                                  f"{uri!r} is not a session URI (ahp-session:/<id>)")
-        elif self.host.has_channel(uri) or uri in self._by_channel:
-            event.responder.error(AhpErrorCode.SESSION_ALREADY_EXISTS, f"{uri!r} exists")
-        elif params.provider is not None and params.provider != self._provider:
-            event.responder.error(AhpErrorCode.PROVIDER_NOT_FOUND,
-                                  f"no provider {params.provider!r}; this host has "
-                                  f"{self._provider!r}")
-        elif params.fork is not None:
-            event.responder.error(JsonRpcErrorCode.INVALID_PARAMS,
-                                  "the ACP bridge cannot fork sessions")
-        elif not self._running or self._closing:
-            event.responder.error(JsonRpcErrorCode.INTERNAL_ERROR, "the ACP agent is not running")
-        else:
-            self._spawn(self._new_session(event, params))
-
-    async def _new_session(self, event: RequestReceived, params: t.CreateSessionParams) -> None:
-        uri = params.channel
-        directories = params.working_directories[:1] if params.working_directories else None
-        cwd = _path(directories[0]) if directories else None
-        cwd = cwd or self._session_cwd or os.getcwd()
-        conn = self._conn
-        try:
-            if conn is None:
-                raise ConnectionError("the agent is gone")
-            result: object = await conn.send_request("session/new", {"cwd": cwd,
-                                                                      "mcpServers": []})
-            session_id = result.get("sessionId") if isinstance(result, Mapping) else None
-            if not isinstance(session_id, str) or not session_id:
-                raise RequestError(-32603, "session/new gave no sessionId")
-        except (RequestError, ConnectionError) as e:
-            if self.host.has_channel(uri):
-                event.responder.error(AhpErrorCode.SESSION_ALREADY_EXISTS, f"{uri!r} exists")
-                return
-            if isinstance(e, RequestError):  # the cause is in data (e.g. an HTTP 400 body)
-                message = acp_error_message(e.code, str(e), e.data)
-            else:
-                message = str(e) or type(e).__name__
-            self.host.create_session(uri, provider=self._provider,
-                                     working_directories=directories)
-            event.responder.respond(None)
-            self.host.fail_session(uri, t.ErrorInfo(error_type="acp:session/new",
-                                                    message=message))
-            self._server.flush()
-            return
-        if self.host.has_channel(uri):  # taken while the agent was busy
-            event.responder.error(AhpErrorCode.SESSION_ALREADY_EXISTS, f"{uri!r} exists")
-            return
-        setup = AcpSessionSetup.from_new_session(result)
-        self.host.create_session(uri, provider=self._provider, working_directories=directories,
-                                 config=setup.config)
-        event.responder.respond(None)
-        chat = self._free_chat_uri(uri)
-        counter = itertools.count(1)
-        bridge = AcpBridge(
-            acp_session_id=session_id, session=uri, chat=chat,
-            new_id=lambda kind: f"acp-{kind}-{next(counter)}", now=self.host.now,
-            setup=setup, prompt_capabilities=self._caps,
-        )
-        self._bridges[session_id] = bridge
-        self._by_channel[uri] = self._by_channel[chat] = bridge
-        self._announced[uri] = self.host.ready_session(uri, default_chat=chat)
-        if params.active_client is not None:
-            self.host.dispatch(uri, t.SessionActiveClientSetAction(
-                active_client=params.active_client))
-        models = setup.models(self._provider)
-        if models and models != self._info.models:
-            self._set_info(attrs.evolve(self._info, models=models))
-        self._count_sessions()
-        if params.progress_token is not None:
-            self.host.notify("root/progress", t.ProgressParams(
-                channel=ROOT_CHANNEL, progress_token=params.progress_token, progress=1, total=1,
-            ))
-        self._server.flush()
-
-    def _free_chat_uri(self, session: str) -> str:
-        base = "ahp-chat:/" + session.removeprefix("ahp-session:/")
-        uri, n = base, 1
-        while self.host.has_channel(uri):
-            n += 1
-            uri = f"{base}-{n}"
-        return uri
-
-    def _dispose_session(self, event: RequestReceived) -> None:
-        params = event.params
-        if not isinstance(params, t.DisposeSessionParams):
-            raise LocalProtocolError(f"{event.method} is not disposeSession")
-        uri = params.channel
-        bridge = self._by_channel.get(uri)
-        if bridge is None or bridge.session != uri:
-            event.responder.error(AhpErrorCode.SESSION_NOT_FOUND, f"no session {uri!r}")
-            return
-        # stop the agent's work for a session nobody will see, and free what it holds
-        self._carry(bridge, bridge.dispose(close=self._closes_sessions))
-        del self._bridges[bridge.acp_session_id]
-        self._by_channel.pop(bridge.session, None)
-        self._by_channel.pop(bridge.chat, None)
-        self.host.dispose_session(uri)
-        if self._announced.pop(uri, None) is not None:
-            self._count_sessions()
-        event.responder.respond(None)
-
-    def _create_chat(self, event: RequestReceived) -> None:
-        event.responder.error(JsonRpcErrorCode.INVALID_PARAMS,
-                              "an ACP session has exactly one chat")
-
-    def _fetch_turns(self, event: RequestReceived) -> None:
-        self.host.fetch_turns(event, ())  # the agent keeps no turns the state lacks
-
-    def _completions(self, event: RequestReceived) -> None:
-        event.responder.respond(t.CompletionsResult(items=()))
-
-    def _resolve_session_config(self, event: RequestReceived) -> None:
-        # the agent tells its options only in session/new: nothing to offer before
-        schema = t.SessionConfigSchema(properties={})
-        event.responder.respond(t.ResolveSessionConfigResult(schema=schema, values={}))
-
-    def _session_config_completions(self, event: RequestReceived) -> None:
-        event.responder.respond(t.SessionConfigCompletionsResult(items=()))
-
-    def _authenticate(self, event: RequestReceived) -> None:
-        event.responder.error(JsonRpcErrorCode.INVALID_PARAMS,
-                              "the ACP bridge has no protected resources")
-
-    # -- keeping summaries in step ----------------------------------------------------------
-
-    def _set_info(self, info: t.AgentInfo) -> None:
-        self._info = info
-        root = self.host.state(ROOT_CHANNEL)
-        if not isinstance(root, t.RootState):
-            return
-        agents = tuple(info if a.provider == self._provider else a for a in root.agents)
-        if info not in agents:
-            agents = (*agents, info)
-        if agents != root.agents:
-            self.host.dispatch(ROOT_CHANNEL, t.RootAgentsChangedAction(agents=agents))
-
-    def _count_sessions(self) -> None:
-        self.host.dispatch(ROOT_CHANNEL, t.RootActiveSessionsChangedAction(
-            active_sessions=len(self._announced)))
-
-    def _mirror(self, bridge: AcpBridge) -> None:
-        """``session/chatUpdated`` with the chat's summary fields the catalogue lacks."""
-        self.host.mirror_chat(bridge.session, bridge.chat)
-
-    def _announce(self, session: str) -> None:
-        """``root/sessionSummaryChanged`` with what changed since the last announcement."""
-        old = self._announced.get(session)
-        if old is not None and self.host.has_channel(session):
-            self._announced[session] = self.host.announce_summary(session, old)
 
 
 def _closes_sessions(initialize_result: object) -> bool:

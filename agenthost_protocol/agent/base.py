@@ -63,6 +63,12 @@ class Agent:
     per client-started turn and cancels it, but resolves no confirmation or
     input of its own (``Turn.tool(confirm=True)`` and ``Turn.ask`` would
     wait forever) and starts no turn for a queued message."""
+    answers_when_ready: ClassVar[bool] = False
+    """True: ``createSession`` is answered once :meth:`create_session` is done
+    (the session does not exist meanwhile, its URI is taken): it is then
+    created ready, with the config :meth:`create_session` returned, so a client
+    finds its chat at once; or created failed, if it raised.  False: answered
+    first, the session ``creating`` while the agent sets it up."""
 
     _driver: AgentDriver | None = None
 
@@ -86,15 +92,24 @@ class Agent:
     async def close(self) -> None:
         """Called once at the end, after every turn was cancelled."""
 
-    async def create_session(self, session: NewSession) -> None:
+    async def create_session(self, session: NewSession) -> t.SessionConfigState | None:
         """Set up a new session before it is ready (start its process ...).
 
-        ``createSession`` is answered first; returning makes the session
-        ready (its default chat is ``session.chat``), raising fails it
+        ``createSession`` is answered first (after it, with
+        :attr:`answers_when_ready`); returning makes the session ready (its
+        default chat is ``session.chat``), raising fails it
         (``session/creationFailed`` with the exception's text; its
         ``error_type`` for an :class:`AgentError`).  It is cancelled when the
-        session is disposed or the host closes meanwhile.  Not overridden,
-        the session is ready at once."""
+        session is disposed or the host closes meanwhile.  What it returns is
+        the session's config, with :attr:`answers_when_ready` (otherwise the
+        session exists already: ignored).  Not overridden, the session is
+        ready at once."""
+        return None
+
+    def refuse_session(self, session: NewSession) -> str | None:
+        """Why ``createSession`` is refused now (answered -32603 with it: the agent
+        cannot take sessions any more, say), or ``None`` to go on."""
+        return None
 
     async def dispose_session(self, session: str) -> None:
         """A ready session was disposed (after :meth:`session_disposed`): release what

@@ -84,7 +84,7 @@ class AgentDriver:
         self._inputs: dict[tuple[str, str], asyncio.Future[t.ChatInputCompletedAction]] = {}
         self._turns = 0
         self._closed = False
-        self._commands: dict[str, Callable[[RequestReceived], None]] = {
+        self._commands: dict[str, Callable[[RequestReceived], object]] = {
             "createSession": self._create_session,
             "disposeSession": self._dispose_session,
             "createChat": self._create_chat,
@@ -116,8 +116,8 @@ class AgentDriver:
                 event.responder.error(JsonRpcErrorCode.METHOD_NOT_FOUND,
                                       f"this agent does not support {event.method}")
                 return
-            command(event)
-            if not event.responder.answered:
+            later = command(event)
+            if later is not True and not event.responder.answered:
                 log.error("%s was left unanswered by the agent layer; answered "
                           "InternalError", event.method)
                 event.responder.error(JsonRpcErrorCode.INTERNAL_ERROR,
@@ -199,6 +199,19 @@ class AgentDriver:
         for session in sessions:
             self._announce(session)
         self._flush()
+
+    def set_info(self, info: t.AgentInfo) -> None:
+        """The agent's entry of the root state replaced by ``info`` (same provider;
+        ``root/agentsChanged`` when it changed): a name learned at run time."""
+        root = self.host.state(ROOT_CHANNEL)
+        if not isinstance(root, t.RootState):
+            return
+        agents = tuple(info if a.provider == self._provider else a for a in root.agents)
+        if info not in agents:
+            agents = (*agents, info)
+        if agents != root.agents:
+            self.host.dispatch(ROOT_CHANNEL, t.RootAgentsChangedAction(agents=agents))
+            self._flush()
 
     def set_models(self, models: tuple[t.SessionModelInfo, ...]) -> None:
         """The agent's models, learned at run time, into its entry of the root state
@@ -349,7 +362,8 @@ class AgentDriver:
 
     # -- commands -----------------------------------------------------------------------
 
-    def _create_session(self, event: RequestReceived) -> None:
+    def _create_session(self, event: RequestReceived) -> bool:
+        """``createSession``; True when it is answered later (:attr:`Agent.answers_when_ready`)."""
         params = event.params
         if not isinstance(params, t.CreateSessionParams):
             raise LocalProtocolError(f"{event.method} is not createSession")
@@ -358,32 +372,40 @@ class AgentDriver:
         if channel_kind(uri) is not ChannelKind.SESSION:
             event.responder.error(JsonRpcErrorCode.INVALID_PARAMS,
                                   f"{uri!r} is not a session URI (ahp-session:/<id>)")
-            return
-        if self.host.has_channel(uri):
+            return False
+        if self.host.has_channel(uri) or uri in self._creating:
             event.responder.error(AhpErrorCode.SESSION_ALREADY_EXISTS, f"{uri!r} exists")
-            return
+            return False
         if params.provider is not None and params.provider != provider:
             event.responder.error(AhpErrorCode.PROVIDER_NOT_FOUND,
                                   f"no provider {params.provider!r}; this host has {provider!r}")
-            return
+            return False
         if params.fork is not None:
             event.responder.error(JsonRpcErrorCode.INVALID_PARAMS,
                                   "this agent cannot fork sessions (fork a chat instead)")
-            return
+            return False
         if self._closed:
             event.responder.error(JsonRpcErrorCode.INTERNAL_ERROR, "the host is shutting down")
-            return
+            return False
         directories = params.working_directories[:1] if params.working_directories else None
+        setup = NewSession(uri=uri, chat=self._free_chat_uri(uri),
+                           working_directories=directories, active_client=params.active_client)
+        refusal = self._call_agent(self.agent.refuse_session, setup, None)
+        if refusal is not None:
+            event.responder.error(JsonRpcErrorCode.INTERNAL_ERROR, refusal)
+            return False
+        if type(self.agent).answers_when_ready:
+            self._creating[uri] = asyncio.get_running_loop().create_task(
+                self._set_up_first(event, setup, params))
+            return True
         self.host.create_session(uri, provider=provider, working_directories=directories)
         event.responder.respond(None)
-        chat = self._free_chat_uri(uri)
         if self._deferred:
-            setup = NewSession(uri=uri, chat=chat, working_directories=directories,
-                               active_client=params.active_client)
             self._creating[uri] = asyncio.get_running_loop().create_task(
                 self._set_up(setup, params))
-            return
-        self._ready(uri, chat, params)
+            return False
+        self._ready(uri, setup.chat, params)
+        return False
 
     async def _set_up(self, setup: NewSession, params: t.CreateSessionParams) -> None:
         uri = setup.uri
@@ -403,6 +425,35 @@ class AgentDriver:
         if self.host.has_channel(uri):
             self._ready(uri, setup.chat, params)
             self._flush()
+
+    async def _set_up_first(self, event: RequestReceived, setup: NewSession,
+                            params: t.CreateSessionParams) -> None:
+        """The agent sets the session up, then it is created (ready or failed) and answered."""
+        uri = setup.uri
+        error: t.ErrorInfo | None = None
+        config: t.SessionConfigState | None = None
+        try:
+            config = await self.agent.create_session(setup)
+        except asyncio.CancelledError:
+            if not event.responder.answered:
+                event.responder.error(JsonRpcErrorCode.INTERNAL_ERROR,
+                                      "the host is shutting down")
+                self._flush()
+            raise
+        except Exception as e:
+            error = t.ErrorInfo(error_type=_error_type(e), message=str(e) or type(e).__name__)
+            log.warning("session %s failed: %s", uri, error.message)
+        finally:
+            if self._creating.get(uri) is asyncio.current_task():
+                del self._creating[uri]
+        self.host.create_session(uri, provider=self._provider,
+                                 working_directories=setup.working_directories, config=config)
+        event.responder.respond(None)
+        if error is not None:
+            self.host.fail_session(uri, error)
+        else:
+            self._ready(uri, setup.chat, params)
+        self._flush()
 
     def _ready(self, uri: str, chat: str, params: t.CreateSessionParams) -> None:
         self._owner[chat] = uri

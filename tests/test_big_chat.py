@@ -54,7 +54,7 @@ def build_big_chat(host: Host, turns: int = TURNS) -> int:
         complete = t.ChatToolCallCompleteAction(turn_id=turn, tool_call_id=call, result=(
             t.ToolCallResult(success=True, past_tense_message="read it",
                              content=(t.ToolResultTextContent(text=output),))))
-        host.dispatch(CHAT, host.by_reference(complete))
+        host.dispatch(CHAT, host.by_reference(complete, CHAT))
         host.dispatch(CHAT, t.ChatTurnCompleteAction(turn_id=turn, duration=1))
         content += len(reply) + len(output)
     return content
@@ -179,3 +179,35 @@ async def wait_default_chat(demo: DemoHost) -> str:
             return state.default_chat
         await asyncio.sleep(0.01)
     raise AssertionError("no default chat")
+
+
+def test_stored_content_goes_with_the_last_chat_that_references_it() -> None:
+    """A long-running host must not keep the tool outputs of chats long disposed;
+    a fork copies its source's turns, so it keeps their content alive."""
+    host = Host(clock=lambda: 1_767_225_600_000)
+    host.add_channel(SESSION, t.SessionState(
+        provider="p", title="", status=t.SessionStatus.IDLE,
+        lifecycle=t.SessionLifecycle.READY, active_clients=(), chats=()))
+    host.add_chat(SESSION, CHAT)
+    turn = "t0"
+    host.dispatch(CHAT, t.ChatTurnStartedAction(
+        turn_id=turn, started_at="2026-01-01T00:00:00.000Z",
+        message=t.Message(text="m", origin=USER)))
+    host.dispatch(CHAT, t.ChatToolCallStartAction(turn_id=turn, tool_call_id="c",
+                                                  tool_name="cat", display_name="Cat"))
+    host.dispatch(CHAT, t.ChatToolCallReadyAction(
+        turn_id=turn, tool_call_id="c", invocation_message="cat",
+        confirmed=t.ToolCallConfirmationReason.NOT_NEEDED))
+    complete = t.ChatToolCallCompleteAction(turn_id=turn, tool_call_id="c", result=(
+        t.ToolCallResult(success=True, past_tense_message="read",
+                         content=(t.ToolResultTextContent(text="o" * TOOL_OUTPUT),))))
+    host.dispatch(CHAT, host.by_reference(complete, CHAT))
+    host.dispatch(CHAT, t.ChatTurnCompleteAction(turn_id=turn, duration=1))
+    assert len(host.content) == 1
+    fork = "ahp-chat:/fork"
+    host.content.share(CHAT, fork)
+    host.add_chat(SESSION, fork)
+    host.dispose_chat(CHAT)
+    assert len(host.content) == 1  # the fork still references it
+    host.dispose_chat(fork)
+    assert len(host.content) == 0 and host.content.total_bytes == 0

@@ -30,7 +30,7 @@ def dispatch_agent_action(
     """``host.dispatch(channel, action)``, with large tool results stored and sent by
     reference (:meth:`Host.by_reference`) and an unencodable agent value repaired;
     ``None`` when even the repaired action could not be dispatched (logged)."""
-    action = host.by_reference(action)
+    action = host.by_reference(action, channel)
     try:
         return host.dispatch(channel, action)
     except LocalProtocolError:

@@ -169,7 +169,7 @@ class AgentDriver:
     def dispatch_chat(self, chat: str, action: t.StateAction) -> None:
         """Dispatch an agent's chat action (large content by reference), keep the
         catalogue and summaries in step, and send it."""
-        self.host.dispatch(chat, self.host.by_reference(action))
+        self.host.dispatch(chat, self.host.by_reference(action, chat))
         self._mirror(chat)
         self._flush()
 

@@ -64,6 +64,10 @@ class ContentStore:
         self.max_item_bytes = max_item_bytes
         self._items: dict[str, StoredContent] = {}
         self._bytes = 0
+        self._owners: dict[str, set[str]] = {}
+        """uri -> the channels whose state references it (content put with an owner)."""
+        self._owned: dict[str, set[str]] = {}
+        """channel -> the uris it references."""
 
     def __len__(self) -> int:
         return len(self._items)
@@ -81,16 +85,27 @@ class ContentStore:
     def get(self, uri: str) -> StoredContent | None:
         return self._items.get(uri)
 
-    def put(self, data: bytes, content_type: str) -> t.ContentRef:
-        """Store ``data`` (cut to ``max_item_bytes``); its reference."""
+    def put(self, data: bytes, content_type: str, *, owner: str | None = None) -> t.ContentRef:
+        """Store ``data`` (cut to ``max_item_bytes``); its reference.
+
+        ``owner``: the channel whose state will reference it; content is
+        forgotten when its last owner is :meth:`released <release>` (content
+        put without one is kept for the store's life).
+        """
         data = data[: self.max_item_bytes]
         uri = f"{CONTENT_SCHEME}/{hashlib.sha256(data).hexdigest()}"
         if uri not in self._items:
             self._items[uri] = StoredContent(data=data, content_type=content_type)
             self._bytes += len(data)
+            if owner is not None:
+                self._owners[uri] = set()
+        if owner is not None and uri in self._owners:
+            self._owners[uri].add(owner)
+            self._owned.setdefault(owner, set()).add(uri)
         return t.ContentRef(uri=uri, size_hint=len(data), content_type=content_type)
 
-    def put_text(self, text: str, content_type: str = "text/plain") -> t.ContentRef:
+    def put_text(self, text: str, content_type: str = "text/plain", *,
+                 owner: str | None = None) -> t.ContentRef:
         """Store ``text`` as UTF-8; a text over the item limit is cut (at a character)
         and ends with a line saying how much was left out."""
         data = text.encode("utf-8")
@@ -98,7 +113,24 @@ class ContentStore:
             note = f"\n[... {len(data) - self.max_item_bytes} more bytes not kept]"
             room = self.max_item_bytes - len(note.encode("utf-8"))
             data = data[:room].decode("utf-8", "ignore").encode("utf-8") + note.encode("utf-8")
-        return self.put(data, content_type)
+        return self.put(data, content_type, owner=owner)
+
+    def share(self, source: str, channel: str) -> None:
+        """``channel`` references what ``source`` does (a fork copies its turns)."""
+        for uri in tuple(self._owned.get(source, ())):
+            self._owners[uri].add(channel)
+            self._owned.setdefault(channel, set()).add(uri)
+
+    def release(self, channel: str) -> None:
+        """``channel`` is gone: forget the content no other channel references."""
+        for uri in self._owned.pop(channel, ()):
+            owners = self._owners.get(uri)
+            if owners is None:
+                continue
+            owners.discard(channel)
+            if not owners:
+                del self._owners[uri]
+                self.forget(uri)
 
     def forget(self, uri: str) -> None:
         item = self._items.pop(uri, None)
@@ -127,17 +159,18 @@ class ContentStore:
                                     content_type=item.content_type)
 
 
-def _fold(block: t.ToolResultContent, store: ContentStore, limit: int) -> t.ToolResultContent:
+def _fold(block: t.ToolResultContent, store: ContentStore, limit: int,
+          owner: str | None) -> t.ToolResultContent:
     if isinstance(block, t.ToolResultTextContent) and len(block.text) > limit // 4 and (
         len(block.text.encode("utf-8")) > limit
     ):
-        ref = store.put_text(block.text)
+        ref = store.put_text(block.text, owner=owner)
     elif isinstance(block, t.ToolResultEmbeddedResourceContent) and len(block.data) > limit:
         try:
             raw = base64.b64decode(block.data, validate=True)
         except ValueError:
             raw = block.data.encode("utf-8")
-        ref = store.put(raw, block.content_type)
+        ref = store.put(raw, block.content_type, owner=owner)
     else:
         return block
     return t.ToolResultResourceContent(uri=ref.uri, size_hint=ref.size_hint,
@@ -145,26 +178,28 @@ def _fold(block: t.ToolResultContent, store: ContentStore, limit: int) -> t.Tool
 
 
 def _folded(
-    blocks: tuple[t.ToolResultContent, ...], store: ContentStore, limit: int
+    blocks: tuple[t.ToolResultContent, ...], store: ContentStore, limit: int, owner: str | None
 ) -> tuple[t.ToolResultContent, ...]:
-    folded = tuple(_fold(block, store, limit) for block in blocks)
+    folded = tuple(_fold(block, store, limit, owner) for block in blocks)
     return blocks if all(a is b for a, b in zip(folded, blocks, strict=True)) else folded
 
 
-def by_reference(action: t.StateAction, store: ContentStore, limit: int) -> t.StateAction:
+def by_reference(
+    action: t.StateAction, store: ContentStore, limit: int, owner: str | None = None
+) -> t.StateAction:
     """``action`` with every tool-result block over ``limit`` bytes stored in ``store``
     and replaced by a ``ToolResultResourceContent`` (a tool input by a
     ``ContentRef``); ``action`` itself if none is."""
     if isinstance(action, t.ChatToolCallCompleteAction) and action.result.content:
-        content = _folded(action.result.content, store, limit)
+        content = _folded(action.result.content, store, limit, owner)
         if content is not action.result.content:
             return evolve(action, result=evolve(action.result, content=content))
     elif isinstance(action, t.ChatToolCallReadyAction) and isinstance(action.tool_input, str) and (
         len(action.tool_input) > limit // 4 and len(action.tool_input.encode("utf-8")) > limit
     ):
-        return evolve(action, tool_input=store.put_text(action.tool_input))
+        return evolve(action, tool_input=store.put_text(action.tool_input, owner=owner))
     elif isinstance(action, t.ChatToolCallContentChangedAction):
-        content = _folded(action.content, store, limit)
+        content = _folded(action.content, store, limit, owner)
         if content is not action.content:
             return evolve(action, content=content)
     return action

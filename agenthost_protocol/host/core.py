@@ -260,12 +260,14 @@ class Host:
         # a stored item must fit one resourceRead answer, base64 and framing included
         return max(1, (limits.max_message_size - 4096) * 3 // 4)
 
-    def by_reference(self, action: t.StateAction) -> t.StateAction:
+    def by_reference(self, action: t.StateAction, channel: str | None = None) -> t.StateAction:
         """``action`` with every tool-result block over ``limits.inline_content_bytes``
         stored in :attr:`content` and sent as a ``ToolResultResourceContent``
         reference, which clients read with ``resourceRead`` (the core answers
-        it).  For what an agent produced: a chat of any size stays openable."""
-        return by_reference(action, self.content, self._limits.inline_content_bytes)
+        it).  For what an agent produced: a chat of any size stays openable.
+        ``channel`` (the chat it goes to) owns what is stored: it is forgotten
+        with the chat (and the forks that copied it)."""
+        return by_reference(action, self.content, self._limits.inline_content_bytes, channel)
 
     # -- reading the state --
 
@@ -412,6 +414,7 @@ class Host:
         if uri not in self._states:
             raise LocalProtocolError(f"no channel {uri!r}")
         del self._states[uri]
+        self.content.release(uri)
         for conn in self._subscribers.pop(uri, {}):
             conn._subscriptions.pop(uri, None)
         self._sessions.forget_channel(uri)
@@ -1254,6 +1257,8 @@ class Host:
                 ))
             state = evolve(state, working_directories=params.working_directories)
         self.add_channel(params.chat, state)
+        if isinstance(source, t.ForkChatSource):
+            self.content.share(source.chat, params.chat)  # the copied turns reference it
         self._sessions.chat_added(params.chat, params.channel)
         added = t.SessionChatAddedAction(summary=sessions.chat_summary(state))
         self.dispatch(params.channel, added)

@@ -50,6 +50,7 @@ from ..host import (
     HostConnection,
     HostLimits,
     RequestReceived,
+    Responder,
 )
 from ..types.error_codes import JsonRpcErrorCode
 from ._limits import DEFAULT_MAX_MESSAGE_SIZE
@@ -390,7 +391,9 @@ class HostServer:
         self._host = host
         self.handler = handler
         self.limits = limits if limits is not None else ServerLimits()
-        host.limits = self.limits.host_limits()
+        if limits is not None:
+            # a host built with budgets of its own keeps them unless the server is given some
+            host.limits = limits.host_limits()
         self._peers: dict[HostConnection, _Peer] = {}
         self._queued_bytes = 0
         self._send_budget = _SendBudget(self)
@@ -519,8 +522,9 @@ class HostServer:
             return
         log.error("connection #%d: the handler dropped %s (request %r) without answering it; "
                   "answered InternalError", conn.number, method, request_id)
-        conn._send_error(request_id, JsonRpcErrorCode.INTERNAL_ERROR,
-                         f"the host dropped {method} without answering it", None)
+        # the dropped responder is gone; a new one for the same request answers it once
+        Responder(conn, request_id, method).error(
+            JsonRpcErrorCode.INTERNAL_ERROR, f"the host dropped {method} without answering it")
         with contextlib.suppress(RuntimeError):  # no running loop: the server is gone
             asyncio.get_running_loop().call_soon(self.flush)
 

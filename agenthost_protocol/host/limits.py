@@ -11,6 +11,7 @@ from __future__ import annotations
 from attrs import frozen
 
 from ..errors import LocalProtocolError
+from .content import DEFAULT_INLINE_LIMIT
 
 __all__ = ["HostLimits"]
 
@@ -37,7 +38,7 @@ class HostLimits:
     library's own client takes 16 MiB by default).  An action whose envelope
     would be larger is refused at dispatch; a result that would be larger is
     answered with an error instead; nothing is ever half-sent."""
-    inline_content_bytes: int = 256 * 1024
+    inline_content_bytes: int = DEFAULT_INLINE_LIMIT
     """The largest tool-result block kept inline by :meth:`Host.by_reference`;
     a larger one is stored and sent as a reference (``resourceRead``)."""
 

@@ -209,6 +209,16 @@ def _add_serve(sub: Any) -> argparse.ArgumentParser:
     serve.add_argument("--replay-window", type=_positive_int, default=10_000,
                        metavar="ENVELOPES", help="actions kept for reconnect replays "
                        "(default 10000; older gaps are answered with snapshots)")
+    persistence = serve.add_argument_group(
+        "persistence (docs/serve.md, Persistence)",
+        "Sessions, chats and turns are kept in an SQLite file and are there again after a "
+        "restart; the file in use is printed after the URL.")
+    where = persistence.add_mutually_exclusive_group()
+    where.add_argument("--store", metavar="PATH",
+                       help="the store file (default: host.sqlite3 in the user's data "
+                       "directory, e.g. ~/.local/share/agenthost-protocol/)")
+    where.add_argument("--no-store", action="store_true",
+                       help="keep everything in memory only: a restart forgets every session")
     security = serve.add_argument_group(
         "access (docs/serve.md, Security)",
         "A WebSocket handshake must carry the access token (the URL's token= or "
@@ -386,6 +396,8 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         allowed_hosts=tuple(args.allow_host),
         certfile=args.certfile,
         keyfile=args.keyfile,
+        store=args.store,
+        no_store=args.no_store,
     )
     return run(options)
 

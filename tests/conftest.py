@@ -10,8 +10,12 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 CI_EXAMPLES = 50
@@ -33,3 +37,16 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+# `serve` keeps its sessions in the user's data directory by default: the tests'
+# servers (and the processes they start) get one of their own, gone afterwards
+_DATA_HOME = tempfile.mkdtemp(prefix="ahp-test-data-")
+os.environ["XDG_DATA_HOME"] = _DATA_HOME
+atexit.register(shutil.rmtree, _DATA_HOME, True)
+
+
+@pytest.fixture(autouse=True)
+def _own_data_home(tmp_path_factory: pytest.TempPathFactory,
+                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test's servers start with an empty default store of their own."""
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path_factory.mktemp("data-home")))

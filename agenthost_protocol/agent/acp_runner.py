@@ -68,7 +68,7 @@ from ..bridges.acp import (
     PromptCapabilities,
     acp_error_message,
 )
-from ..host import Host
+from ..host import Host, HostStore
 from .base import Agent, AgentError, NewSession
 from .driver import AgentDriver
 from .processes import AgentProcess as _AgentProcess
@@ -125,6 +125,7 @@ def build_acp_server(
     replay_window: int = 10_000,
     limits: ServerLimits | None = None,
     session_cwd: str | None = None,
+    store: HostStore | None = None,
 ) -> tuple[HostServer, AcpAgentRunner]:
     """A :class:`HostServer` whose host runs ``agent``, and its runner (not started yet).
 
@@ -136,6 +137,7 @@ def build_acp_server(
         server_info=t.Implementation(name="agenthost-protocol", version=__version__),
         root=acp_root_state(provider),
         replay_max_envelopes=replay_window,
+        store=store,
     )
     server = HostServer(host, limits=limits)
     return server, AcpAgentRunner(server, agent, provider=provider, session_cwd=session_cwd)

@@ -106,6 +106,23 @@ class Agent:
         ready at once."""
         return None
 
+    async def resume_session(self, session: str, state: t.SessionState) -> str | None:
+        """A session the host's store kept from an earlier run is used again (a turn
+        starts in it, a chat is added ...): make it usable again.
+
+        Called once per session and run, before the session's first turn
+        plays.  ``None``: it goes on (the demo needs nothing but the chat's
+        history, which the turn has).  A text: it cannot, and why; every turn
+        started in it then ends at once with that error, while its history
+        stays readable.  Raising says the same with the exception's text.
+        The default: ``None``, unless the agent overrides
+        :meth:`create_session` (it keeps state of its own, which a new
+        process does not have), then a text saying so."""
+        if type(self).create_session is not Agent.create_session:
+            return (f"{self.info().display_name} keeps sessions of its own and cannot "
+                    "continue one from before the host restarted")
+        return None
+
     def refuse_session(self, session: NewSession) -> str | None:
         """Why ``createSession`` is refused now (answered -32603 with it: the agent
         cannot take sessions any more, say), or ``None`` to go on."""

@@ -80,10 +80,14 @@ class AgentDriver:
         self._owner: dict[str, str] = {}
         """chat -> its session."""
         self._announced: dict[str, t.SessionSummary] = {}
+        self._resuming: dict[str, asyncio.Task[str | None]] = {}
+        """Stored sessions used again in this run -> the agent's resume_session."""
         self._confirmations: dict[tuple[str, str, str], asyncio.Future[bool]] = {}
         self._inputs: dict[tuple[str, str], asyncio.Future[t.ChatInputCompletedAction]] = {}
         self._turns = 0
         self._closed = False
+        if host.store is not None:
+            self._count_stored_sessions()  # the root's count includes what was stored
         self._commands: dict[str, Callable[[RequestReceived], object]] = {
             "createSession": self._create_session,
             "disposeSession": self._dispose_session,
@@ -111,6 +115,9 @@ class AgentDriver:
 
     def handle(self, event: Event) -> None:
         if isinstance(event, RequestReceived):
+            channel = getattr(event.params, "channel", None)
+            if isinstance(channel, str):
+                self._adopt(channel)
             command = self._commands.get(event.method)
             if command is None:
                 event.responder.error(JsonRpcErrorCode.METHOD_NOT_FOUND,
@@ -130,6 +137,7 @@ class AgentDriver:
         kind = channel_kind(uri)
         if kind is not ChannelKind.SESSION and kind is not ChannelKind.CHAT:
             return
+        self._adopt(uri)
         try:
             self.agent.client_action(uri, action)
         except Exception:
@@ -163,6 +171,47 @@ class AgentDriver:
         if entry is not None and not self._is_active(uri, entry[0]):
             self._stop(uri)  # the chat lost the turn (truncated ...): stop playing it
         self._consume_queued(uri)
+
+    # -- sessions from an earlier run (the host's store) -----------------------------
+
+    def _adopt(self, uri: str) -> None:
+        """Take on the stored session of ``uri`` (a session or one of its chats) the first
+        time a client uses it in this run, and ask the agent to resume it."""
+        kind = channel_kind(uri)
+        if kind is ChannelKind.SESSION:
+            session: str | None = uri
+        elif kind is ChannelKind.CHAT:
+            session = self._owner.get(uri) or self.host.owner_of(uri)
+        else:
+            return
+        if session is None or session in self._announced or session in self._creating:
+            return
+        state = self.host.state(session) if self.host.has_channel(session) else None
+        if (not isinstance(state, t.SessionState) or state.provider != self._provider
+                or state.lifecycle != t.SessionLifecycle.READY or self._closed):
+            return
+        for chat in (*self.host.chats_of(session), *(c.resource for c in state.chats)):
+            self._owner.setdefault(chat, session)
+        self._announced[session] = self.host.session_summary(session)
+        self._resuming[session] = asyncio.get_running_loop().create_task(
+            self._resume(session, state))
+
+    async def _resume(self, session: str, state: t.SessionState) -> str | None:
+        try:
+            reason = await self.agent.resume_session(session, state)
+        except Exception as e:
+            log.warning("session %s cannot be resumed: %s", session, e)
+            return str(e) or type(e).__name__
+        if reason is not None:
+            log.info("session %s cannot be resumed: %s", session, reason)
+        return reason
+
+    def _count_stored_sessions(self) -> None:
+        count = len(self.host.listed_sessions())
+        root = self.host.state(ROOT_CHANNEL)
+        if isinstance(root, t.RootState) and root.active_sessions != count:
+            self.host.dispatch(ROOT_CHANNEL, t.RootActiveSessionsChangedAction(
+                active_sessions=count))
 
     # -- dispatching (what the Turn uses) ---------------------------------------------
 
@@ -256,8 +305,9 @@ class AgentDriver:
             self._announced[session] = self.host.announce_summary(session, old)
 
     def _count_sessions(self) -> None:
+        # the listed sessions, stored ones included: not only those this run knows
         self.host.dispatch(ROOT_CHANNEL, t.RootActiveSessionsChangedAction(
-            active_sessions=len(self._announced)))
+            active_sessions=len(self.host.listed_sessions())))
 
     # -- turns --------------------------------------------------------------------------
 
@@ -302,6 +352,17 @@ class AgentDriver:
                 and state.active_turn.id == turn_id)
 
     async def _play(self, turn: Turn) -> None:
+        resuming = self._resuming.get(turn.session)
+        if resuming is not None:
+            # a cancelled turn must not cancel the session's resume, which others await
+            reason = await asyncio.shield(resuming)
+            if reason is not None:
+                if self._live(turn):
+                    self._end(turn, t.ChatErrorAction(
+                        turn_id=turn.id, duration=0, error=t.ErrorInfo(
+                            error_type="NotResumable", message=reason)))
+                self._release(turn)
+                return
         try:
             await self.agent.turn(turn)
         except asyncio.CancelledError:
@@ -318,11 +379,14 @@ class AgentDriver:
                 self._end(turn, t.ChatTurnCompleteAction(turn_id=turn.id,
                                                          duration=self._duration(turn)))
         finally:
-            entry = self._tasks.get(turn.chat)
-            if entry is not None and entry[1] is asyncio.current_task():
-                del self._tasks[turn.chat]
-                self._consume_queued(turn.chat)
-                self._flush()
+            self._release(turn)
+
+    def _release(self, turn: Turn) -> None:
+        entry = self._tasks.get(turn.chat)
+        if entry is not None and entry[1] is asyncio.current_task():
+            del self._tasks[turn.chat]
+            self._consume_queued(turn.chat)
+            self._flush()
 
     def _duration(self, turn: Turn) -> int:
         return max(0, self.host.now() - turn.started_ms)
@@ -558,8 +622,13 @@ class AgentDriver:
         """Cancel every turn (they stay as they are in the host's state) and wait."""
         self._closed = True
         tasks = [task for _, task in self._tasks.values()] + list(self._creating.values())
+        resuming = list(self._resuming.values())
         self._tasks.clear()
         self._creating.clear()
+        self._resuming.clear()
+        for task in resuming:
+            task.cancel()
+        await asyncio.gather(*resuming, return_exceptions=True)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

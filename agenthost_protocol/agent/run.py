@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from .. import types as t
 from .._version import __version__
-from ..host import Host
+from ..host import Host, HostStore
 from .base import Agent
 from .driver import AgentDriver
 
@@ -40,7 +40,8 @@ class AgentService:
 
 
 def build_agent_server(
-    agent: object, options: ServeOptions, clock: Callable[[], int]
+    agent: object, options: ServeOptions, clock: Callable[[], int],
+    store: HostStore | None = None,
 ) -> tuple[HostServer, AgentService]:
     """A :class:`~agenthost_protocol.aio.HostServer` whose host runs ``agent``."""
     from ..aio.server import HostServer  # noqa: PLC0415  (asyncio only when serving)
@@ -52,6 +53,7 @@ def build_agent_server(
         server_info=t.Implementation(name="agenthost-protocol", version=__version__),
         root=t.RootState(agents=(agent.info(),), active_sessions=0),
         replay_max_envelopes=options.replay_window,
+        store=store,
     )
     server = HostServer(host, limits=options.limits)
     driver = AgentDriver(agent, host, server.flush)
@@ -89,11 +91,15 @@ def run(
     stdio: bool = False,
     token: str | None = None,
     no_token: bool = False,
+    store: str | None = None,
+    no_store: bool = False,
 ) -> int:
     """Serve ``agent`` until SIGINT/SIGTERM (or, with ``stdio``, the end of stdin);
-    prints ``serving ws://HOST:PORT/?token=...`` first.  Returns the exit status."""
+    prints ``serving ws://HOST:PORT/?token=...`` first.  Sessions are kept in the
+    SQLite file ``store`` (default: ``serve``'s, in the user's data directory)
+    unless ``no_store``.  Returns the exit status."""
     from ..aio.serve import ServeOptions  # noqa: PLC0415
     from ..aio.serve import run as serve  # noqa: PLC0415
 
     return serve(ServeOptions(host=host, port=port, stdio=stdio, token=token, no_token=no_token,
-                              agent_object=agent))
+                              store=store, no_store=no_store, agent_object=agent))

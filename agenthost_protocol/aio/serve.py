@@ -37,7 +37,7 @@ from .. import types as t
 from .._version import __version__
 from ..agent.run import AgentService, build_agent_server
 from ..agents.demo import DemoAgent
-from ..host import Host
+from ..host import Host, HostStore, StoreError
 from .access import AccessPolicy, is_loopback, new_token, url_with_token
 from .server import HostServer, ServerLimits
 from .stdio import serve_stdio
@@ -111,6 +111,31 @@ class ServeOptions:
     """A PEM certificate (chain): serve ``wss://``.  ``keyfile`` is its key
     (``None``: in ``certfile``)."""
     keyfile: str | None = None
+    store: str | None = None
+    """The SQLite file sessions are kept in across restarts (``None``: the default,
+    :func:`~agenthost_protocol.sqlite_store.default_store_path`)."""
+    no_store: bool = False
+    """Keep everything in memory only: a restart forgets every session."""
+
+    def store_path(self) -> str | None:
+        """The store file ``serve`` uses, or ``None`` with ``no_store``."""
+        if self.no_store:
+            return None
+        if self.store is not None:
+            return self.store
+        from ..sqlite_store import default_store_path  # noqa: PLC0415
+
+        return str(default_store_path())
+
+    def open_store(self) -> HostStore | None:
+        """The store ``serve`` keeps its sessions in; ``StoreError`` (one line) when the
+        file cannot be used (corrupt, another program's, newer, locked, unwritable)."""
+        path = self.store_path()
+        if path is None:
+            return None
+        from ..sqlite_store import SQLiteStore  # noqa: PLC0415
+
+        return SQLiteStore(path)
 
     def __attrs_post_init__(self) -> None:
         if self.no_token and self.token is not None:
@@ -121,6 +146,8 @@ class ServeOptions:
                              "may be served without one")
         if self.keyfile is not None and self.certfile is None:
             raise ValueError("a keyfile without a certfile")
+        if self.no_store and self.store is not None:
+            raise ValueError("a store and no_store together")
 
     def access_policy(self, token: str | None) -> AccessPolicy:
         """The handshake checks for ``token`` and these options."""
@@ -159,15 +186,18 @@ def _wall_clock() -> int:
 
 
 def build_demo_server(
-    options: ServeOptions, clock: Callable[[], int] = _wall_clock
+    options: ServeOptions, clock: Callable[[], int] = _wall_clock,
+    store: HostStore | None = None,
 ) -> tuple[HostServer, AgentService]:
     """A :class:`HostServer` whose host runs the demo agent (``options.step_delay``
     apart), and the agent's service."""
-    return build_agent_server(DemoAgent(step_delay=options.step_delay), options, clock)
+    return build_agent_server(DemoAgent(step_delay=options.step_delay), options, clock,
+                              store=store)
 
 
 def build_server(
-    options: ServeOptions, clock: Callable[[], int] = _wall_clock
+    options: ServeOptions, clock: Callable[[], int] = _wall_clock,
+    store: HostStore | None = None,
 ) -> tuple[HostServer, ServedAgent]:
     """A :class:`HostServer` whose host runs ``options.agent``, and what drives that agent.
 
@@ -178,12 +208,12 @@ def build_server(
     extra (``agent-client-protocol``) is missing.
     """
     if options.agent_object is not None:
-        return build_agent_server(options.agent_object, options, clock)
+        return build_agent_server(options.agent_object, options, clock, store=store)
     kind = options.agent
     if kind is AgentKind.DEMO:
         if options.agent_command:
             raise ValueError("the demo agent takes no command")
-        return build_demo_server(options, clock)
+        return build_demo_server(options, clock, store)
     if not options.agent_command:
         raise ValueError(f"the {kind.value} agent needs a command")
     command, *args = options.agent_command
@@ -201,7 +231,7 @@ def build_server(
             ) from e
         server, runner = build_acp_server(
             AcpAgentCommand(command=command, args=tuple(args), env=env), clock=clock,
-            replay_window=options.replay_window, limits=options.limits,
+            replay_window=options.replay_window, limits=options.limits, store=store,
         )
         return server, _AcpAgent(runner, options.agent_command)
     # the pi runner has no optional dependency, but only serve --agent pi needs it
@@ -214,6 +244,7 @@ def build_server(
         server_info=t.Implementation(name=SERVER_NAME, version=__version__),
         root=pi_root_state(provider=kind.value, dialect=dialect),
         replay_max_envelopes=options.replay_window,
+        store=store,
     )
     server = HostServer(host, limits=options.limits)
     pi = PiAgentRunner(server, PiAgentCommand(command=command, args=tuple(args), env=env),
@@ -336,7 +367,14 @@ async def serve_host(
     A stop while the agent starts cancels the start and returns.
     """
     stop = stop if stop is not None else asyncio.Event()
-    server, agent = build_server(options, clock)
+    store = options.open_store()
+    log.info("store: %s", options.store_path() or "none (memory only)")
+    try:
+        server, agent = build_server(options, clock, store)
+    except BaseException:
+        if store is not None:
+            store.close()
+        raise
     closer = _Closer(agent)
     with _stop_on_signals(stop) if handle_signals else contextlib.nullcontext():
         try:
@@ -350,7 +388,13 @@ async def serve_host(
             else:
                 await _serve_websocket(server, closer, options, stop, ready)
         finally:
-            await closer.close()
+            try:
+                await closer.close()
+            finally:
+                if store is not None:
+                    # what the agent's end dispatched is written before the file closes
+                    server.host.commit()
+                    store.close()
 
 
 serve_demo = serve_host
@@ -479,6 +523,9 @@ def run(options: ServeOptions, out: IO[str] | None = None, err: IO[str] | None =
 
     def ready(url: str) -> None:
         print(f"serving {url}", file=out, flush=True)
+        path = options.store_path()
+        print(f"store {path}" if path is not None else "store none (--no-store: memory only)",
+              file=out, flush=True)
 
     _return_large_blocks_to_the_system()
 
@@ -487,7 +534,7 @@ def run(options: ServeOptions, out: IO[str] | None = None, err: IO[str] | None =
     except KeyboardInterrupt:
         # SIGINT before the handlers were installed: nothing was served yet
         return 0
-    except (AgentStartError, ImportError, ValueError) as e:
+    except (AgentStartError, ImportError, ValueError, StoreError) as e:
         print(f"agenthost-protocol serve: {e}", file=err)
         return 1
     except OSError as e:

@@ -51,6 +51,7 @@ from ..host import (
     HostLimits,
     RequestReceived,
     Responder,
+    StoreFailed,
 )
 from ..types.error_codes import JsonRpcErrorCode
 from ._limits import DEFAULT_MAX_MESSAGE_SIZE
@@ -473,6 +474,9 @@ class HostServer:
         self._flushing = True
         try:
             while True:
+                # stored before the handler hears of it: an agent acts on what was
+                # kept, and a failed commit takes back the events of its client actions
+                self._host.commit()
                 for event in self._host.events():
                     self._handle(event)
                 for peer in tuple(self._peers.values()):
@@ -490,6 +494,9 @@ class HostServer:
             peer = self._peers.get(event.connection)
             if peer is not None:
                 peer.host_closed(event.reason)
+        elif isinstance(event, StoreFailed):
+            log.error("the store failed: %s%s", event.message,
+                      f" ({event.refused} client actions refused)" if event.refused else "")
         elif isinstance(event, ClientIdClaimed):
             task = asyncio.get_running_loop().create_task(self._settle_claim(event))
             self._probes.add(task)

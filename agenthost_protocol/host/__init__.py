@@ -34,10 +34,12 @@ from .events import (
     ResponseReceived,
     ServerRequestParams,
     ServerRequestResult,
+    StoreFailed,
     TypedRequest,
 )
 from .limits import HostLimits
 from .replay import ReplayBuffer, ReplayEntry
+from .store import HostStore, MemoryStore, StoreError
 from .validation import ValidationContext, validate
 
 __all__ = [
@@ -59,7 +61,9 @@ __all__ = [
     "Host",
     "HostConnection",
     "HostLimits",
+    "HostStore",
     "Initialized",
+    "MemoryStore",
     "ProtocolNotificationParams",
     "Reconnected",
     "ReplayBuffer",
@@ -69,6 +73,8 @@ __all__ = [
     "ResponseReceived",
     "ServerRequestParams",
     "ServerRequestResult",
+    "StoreError",
+    "StoreFailed",
     "TypedRequest",
     "ValidationContext",
     "validate",

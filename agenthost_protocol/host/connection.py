@@ -76,6 +76,12 @@ class HostSide(Protocol):
 
     def _close(self, conn: HostConnection, reason: str) -> None: ...
 
+    def _before_send(self) -> None: ...
+
+    def _answered(
+        self, conn: HostConnection, request_id: t.JsonRpcId, method: str, data: bytes
+    ) -> None: ...
+
 
 class HostConnection:
     """The host's end of one transport connection."""
@@ -128,7 +134,12 @@ class HostConnection:
         self._host._receive(self, data)
 
     def data_to_send(self) -> list[bytes]:
-        """Drain the messages queued for this connection, each one JSON-RPC message."""
+        """Drain the messages queued for this connection, each one JSON-RPC message.
+
+        With a store, what changed is committed first: nothing leaves the
+        host before it is stored.
+        """
+        self._host._before_send()
         out, self._outbox = self._outbox, []
         return out
 
@@ -177,7 +188,9 @@ class HostConnection:
     def _send_json(self, obj: object) -> None:
         self._queue(_json(obj))
 
-    def _send_result(self, request_id: t.JsonRpcId, result: object) -> bool:
+    def _send_result(
+        self, request_id: t.JsonRpcId, result: object, *, method: str | None = None
+    ) -> bool:
         """Queue the answer; ``False`` when it was too large (an error went instead)."""
         self._unanswered.discard(request_id)
         # built by hand so that a ``None`` result is written ``"result": null``
@@ -190,6 +203,8 @@ class HostConnection:
                              "with view.turns and page with fetchTurns)", None)
             return False
         self._queue(data)
+        if method is not None:
+            self._host._answered(self, request_id, method, data)
         return True
 
     def _send_error(

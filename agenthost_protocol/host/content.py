@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Final
 
 from attrs import evolve, frozen
@@ -68,6 +68,11 @@ class ContentStore:
         """uri -> the channels whose state references it (content put with an owner)."""
         self._owned: dict[str, set[str]] = {}
         """channel -> the uris it references."""
+        self.fallback: Callable[[str], StoredContent | None] | None = None
+        """Where content not in memory is read from (a host's store)."""
+        self.on_put: Callable[[str, StoredContent, str | None], None] | None = None
+        """Told of every blob put and of the owner it was put for (a host's journal)."""
+        self.on_share: Callable[[str, str], None] | None = None
 
     def __len__(self) -> int:
         return len(self._items)
@@ -83,7 +88,10 @@ class ContentStore:
         return self._bytes
 
     def get(self, uri: str) -> StoredContent | None:
-        return self._items.get(uri)
+        item = self._items.get(uri)
+        if item is None and self.fallback is not None and uri.startswith(CONTENT_SCHEME):
+            item = self.fallback(uri)
+        return item
 
     def put(self, data: bytes, content_type: str, *, owner: str | None = None) -> t.ContentRef:
         """Store ``data`` (cut to ``max_item_bytes``); its reference.
@@ -102,6 +110,8 @@ class ContentStore:
         if owner is not None and uri in self._owners:
             self._owners[uri].add(owner)
             self._owned.setdefault(owner, set()).add(uri)
+        if self.on_put is not None:
+            self.on_put(uri, self._items[uri], owner)
         return t.ContentRef(uri=uri, size_hint=len(data), content_type=content_type)
 
     def put_text(self, text: str, content_type: str = "text/plain", *,
@@ -120,6 +130,8 @@ class ContentStore:
         for uri in tuple(self._owned.get(source, ())):
             self._owners[uri].add(channel)
             self._owned.setdefault(channel, set()).add(uri)
+        if self.on_share is not None:
+            self.on_share(source, channel)
 
     def release(self, channel: str) -> None:
         """``channel`` is gone: forget the content no other channel references."""
@@ -143,7 +155,7 @@ class ContentStore:
         Text is sent as UTF-8 unless ``base64`` is asked for; other bytes
         always as base64 (the spec's rule for binary content).
         """
-        item = self._items.get(uri)
+        item = self.get(uri)
         if item is None:
             return None
         if item.is_text and encoding != t.ContentEncoding.BASE64:

@@ -38,6 +38,7 @@ Policies the spec leaves open (see ``docs/host.md``):
 from __future__ import annotations
 
 import contextlib
+import json
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from enum import Enum
@@ -61,7 +62,7 @@ from ..versions import (
 )
 from . import sessions
 from .connection import Claim, ConnectionState, HostConnection
-from .content import CONTENT_SCHEME, ContentStore, by_reference
+from .content import CONTENT_SCHEME, ContentStore, StoredContent, by_reference
 from .events import (
     ClientActionApplied,
     ClientIdClaimed,
@@ -76,9 +77,29 @@ from .events import (
     Responder,
     ResponseReceived,
     ServerRequestResult,
+    StoreFailed,
 )
 from .limits import HostLimits
-from .replay import ReplayBuffer
+from .persistence import (
+    ABSENT,
+    ChannelTable,
+    Journal,
+    decode_summary,
+    encode_state,
+    is_persisted,
+    load_channel,
+)
+from .replay import ReplayBuffer, ReplayEntry
+from .store import (
+    Batch,
+    ChannelRecord,
+    ClientRecord,
+    ContentRecord,
+    HostStore,
+    LogRecord,
+    SessionRecord,
+    StoreError,
+)
 from .validation import ValidationContext, check_chat_source, check_family, validate
 
 __all__ = [
@@ -91,6 +112,21 @@ __all__ = [
     "Review",
     "ReviewVerdict",
 ]
+
+_WRITES: Final = frozenset({
+    "createSession", "disposeSession", "createChat", "disposeChat", "createTerminal",
+    "disposeTerminal", "fetchTurns", "invokeChangesetOperation",
+})
+"""Requests whose success answer says the state changed: refused with a failed commit."""
+
+_SNAPSHOT_MIN_BYTES: Final = 64 * 1024
+"""A channel is snapshot again when its log since the last one outgrows this and the
+snapshot: loading replays at most that much, and snapshots cost at most the log's bytes."""
+
+
+def _json_bytes(obj: object) -> bytes:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
 
 ProtocolNotificationParams: TypeAlias = (
     t.SessionAddedParams
@@ -202,9 +238,12 @@ class Host:
         terminal_command_prefix: str | None = None,
         telemetry: t.TelemetryCapabilities | None = None,
         limits: HostLimits | None = None,
+        store: HostStore | None = None,
+        loaded_channels: int = 512,
     ) -> None:
-        if remembered_clients < 0 or list_page_size < 1:
-            raise LocalProtocolError("remembered_clients >= 0 and list_page_size >= 1 please")
+        if remembered_clients < 0 or list_page_size < 1 or loaded_channels < 1:
+            raise LocalProtocolError(
+                "remembered_clients >= 0, list_page_size >= 1 and loaded_channels >= 1 please")
         for name, value in (
             ("remembered_clients_max_age_ms", remembered_clients_max_age_ms),
             ("active_client_grace_ms", active_client_grace_ms),
@@ -218,9 +257,22 @@ class Host:
         self.server_info = server_info
         self.supported_versions = tuple(supported_versions)
         self._seq = 0
-        self._states: dict[str, t.SnapshotState | None] = {
-            ROOT_CHANNEL: root if root is not None else t.RootState(agents=())
-        }
+        self._store = store
+        self._states = ChannelTable(
+            self._load if store is not None else None, self._load_failed
+        )
+        self._states[ROOT_CHANNEL] = root if root is not None else t.RootState(agents=())
+        self._journal: Journal | None = None
+        self._loaded_cap = loaded_channels
+        self._log_bytes: dict[str, int] = {}
+        """Per stored channel: log bytes since its last snapshot (when to take the next)."""
+        self._snap_bytes: dict[str, int] = {}
+        self._listed: set[str] = set()
+        """Stored sessions ``listSessions`` lists (those in memory are asked directly)."""
+        self._written: dict[str, t.SessionSummary] = {}
+        self._seen: set[str] = set()
+        """Stored channels loaded at least once in this run (so not cut by a restart)."""
+        self._cut: list[tuple[str, str]] = []
         self._subscribers: dict[str, dict[HostConnection, None]] = {ROOT_CHANNEL: {}}
         self._connections: dict[HostConnection, None] = {}
         self._online: dict[str, int] = {}
@@ -244,6 +296,11 @@ class Host:
         self._limits = limits if limits is not None else HostLimits()
         self.content = ContentStore(max_item_bytes=self._item_limit(self._limits))
         """Large content served by reference (:meth:`by_reference`, ``resourceRead``)."""
+        if store is not None:
+            self.content.fallback = self._stored_content
+            self.content.on_put = self._content_put
+            self.content.on_share = self._content_shared
+            self._restore(store)
 
     @property
     def limits(self) -> HostLimits:
@@ -268,6 +325,335 @@ class Host:
         ``channel`` (the chat it goes to) owns what is stored: it is forgotten
         with the chat (and the forks that copied it)."""
         return by_reference(action, self.content, self._limits.inline_content_bytes, channel)
+
+    # -- persistence (see store.py and persistence.py) --
+
+    @property
+    def store(self) -> HostStore | None:
+        """The store the host keeps its channels in (``None``: memory only)."""
+        return self._store
+
+    def _restore(self, store: HostStore) -> None:
+        restored = store.restore()
+        self._seq = restored.server_seq
+        # a reconnect from before the restart is replayed from the store's log
+        self._replay = ReplayBuffer(max_envelopes=self._replay.max_envelopes,
+                                    max_bytes=self._replay.max_bytes, floor=self._seq)
+        self._journal = Journal(self._seq)
+        self._states.restore(tuple(uri for uri in restored.channels if uri != ROOT_CHANNEL))
+        self._sessions.restore(restored.sessions, restored.owners)
+        self._listed = set(restored.listed)
+        for client in sorted(restored.clients, key=lambda c: c.touched):
+            self._clients.remember(client.client_id, client.version, client.touched,
+                                   keep=client.keep)
+        given = self._root()
+        if ROOT_CHANNEL not in restored.channels:
+            self._journal.added[ROOT_CHANNEL] = None
+            self._journal.touch(ROOT_CHANNEL, ABSENT)
+            return
+        try:
+            stored, snap, replayed = load_channel(store, ROOT_CHANNEL)
+        except StoreError as e:
+            self._events.append(StoreFailed(message=str(e)))
+            self._journal.added[ROOT_CHANNEL] = None
+            return
+        self._snap_bytes[ROOT_CHANNEL] = snap
+        self._log_bytes[ROOT_CHANNEL] = replayed
+        if stored == given or not isinstance(stored, t.RootState):
+            return
+        # the embedder's root wins; said with actions, so that a client
+        # replayed across the restart arrives at it too
+        self._states[ROOT_CHANNEL] = stored
+        if stored.agents != given.agents:
+            self.dispatch(ROOT_CHANNEL, t.RootAgentsChangedAction(agents=given.agents))
+        if given.active_sessions is not None and stored.active_sessions != given.active_sessions:
+            self.dispatch(ROOT_CHANNEL, t.RootActiveSessionsChangedAction(
+                active_sessions=given.active_sessions))
+        if (stored.terminals or ()) != (given.terminals or ()):
+            self.dispatch(ROOT_CHANNEL, t.RootTerminalsChangedAction(
+                terminals=given.terminals or ()))
+        self._states[ROOT_CHANNEL] = given
+
+    def _load(self, uri: str) -> t.SnapshotState | None:
+        assert self._store is not None
+        state, snap, replayed = load_channel(self._store, uri)
+        self._snap_bytes[uri] = snap
+        self._log_bytes[uri] = replayed
+        self._subscribers.setdefault(uri, {})
+        if uri not in self._seen:
+            self._seen.add(uri)
+            if isinstance(state, t.ChatState) and state.active_turn is not None:
+                # ended at the next commit: not from inside a read of the table
+                self._cut.append((uri, state.active_turn.id))
+        if isinstance(state, t.SessionState) and self._grace is not None:
+            # entries from before a restart: their clients get the grace period to come back
+            due = self._clock() + self._grace
+            for active in state.active_clients:
+                if not self._connected(active.client_id):
+                    self._clients.due_at(active.client_id, None, due)
+        return state
+
+    def owner_of(self, chat: str) -> str | None:
+        """The session that owns ``chat`` (as :meth:`create_session`, :meth:`add_chat` and
+        ``createChat`` recorded it), loaded or stored."""
+        return self._sessions.owner_of(chat)
+
+    def chats_of(self, session: str) -> tuple[str, ...]:
+        """The chats recorded for ``session``, loaded or stored."""
+        return self._sessions.chats_of(session)
+
+    def listed_sessions(self) -> tuple[str, ...]:
+        """Every session ``listSessions`` lists (ready), stored ones included, oldest first."""
+        return tuple(uri for uri in self._sessions.uris() if self._is_listed(uri))
+
+    def _interrupt(self) -> None:
+        """End the turns a restart cut: the chats first loaded in this run with a turn
+        under way (no agent of this run plays it)."""
+        while self._cut:
+            chat, turn_id = self._cut.pop()
+            state = self._states.get(chat)
+            if isinstance(state, t.ChatState) and state.active_turn is not None and (
+                state.active_turn.id == turn_id
+            ):
+                self.dispatch(chat, t.ChatErrorAction(
+                    turn_id=turn_id, duration=0, error=t.ErrorInfo(
+                        error_type="HostRestarted",
+                        message="the host restarted while this turn was under way")))
+
+    def _load_failed(self, uri: str, error: StoreError) -> None:
+        self._events.append(StoreFailed(message=f"could not load {uri}: {error}"))
+
+    def _stored_content(self, uri: str) -> StoredContent | None:
+        assert self._store is not None
+        try:
+            record = self._store.content(uri)
+        except StoreError as e:
+            self._events.append(StoreFailed(message=str(e)))
+            return None
+        if record is None:
+            return None
+        return StoredContent(data=record.data, content_type=record.content_type)
+
+    def _content_put(self, uri: str, item: StoredContent, owner: str | None) -> None:
+        if self._journal is not None:
+            self._journal.content.append(ContentRecord(
+                uri=uri, content_type=item.content_type, data=item.data, owner=owner))
+
+    def _content_shared(self, source: str, channel: str) -> None:
+        if self._journal is not None:
+            self._journal.shared.append((source, channel))
+
+    def _chat_added(self, chat: str, session: str) -> None:
+        self._sessions.chat_added(chat, session)
+        if self._journal is not None:
+            self._journal.owners.append((chat, session))
+            self._journal.undo.append(lambda: self._sessions.forget_channel(chat))
+
+    def _is_listed(self, uri: str) -> bool:
+        if self._states.is_loaded(uri) or self._store is None:
+            return self._is_ready(uri)
+        return uri in self._listed
+
+    def _answered(
+        self, conn: HostConnection, request_id: t.JsonRpcId, method: str, data: bytes
+    ) -> None:
+        if self._journal is not None and method in _WRITES:
+            self._journal.answers.append((conn, request_id, data))
+
+    def _before_send(self) -> None:
+        if self._journal or self._cut:
+            self.commit()
+
+    def commit(self) -> bool:
+        """Write what changed since the last commit to the store; ``True`` when it is stored.
+
+        Without a store, or with nothing to write, does nothing.  Every
+        connection's ``data_to_send`` calls it first, so an I/O layer need
+        not (``HostServer.flush`` does, before it hands the embedder the
+        events of client actions: an agent acts on what is stored).
+
+        When the store fails, the host puts back what the batch changed
+        (states, ``serverSeq``, the replay buffer, the books), drops the
+        data the batch queued, answers the batch's client actions with
+        rejections and its state-changing requests with ``InternalError``,
+        and queues :class:`StoreFailed`.  Returns ``False`` then.
+        """
+        if self._cut:
+            self._interrupt()
+        journal = self._journal
+        store = self._store
+        if journal is None or store is None or not journal:
+            return True
+        batch = self._batch(journal)
+        try:
+            store.commit(batch)
+        except StoreError as e:
+            self._rollback(journal, e)
+            return False
+        self._journal = Journal(self._seq)
+        for record in batch.content:
+            self.content.forget(record.uri)  # on disk now; read back from there
+        self._listed.update(row.uri for row in batch.sessions if row.summary is not None)
+        self._evict()
+        return True
+
+    def _batch(self, journal: Journal) -> Batch:
+        snapshots = []
+        touched = dict.fromkeys([*journal.added, *journal.pre])
+        sessions_touched: dict[str, None] = {}
+        for uri in touched:
+            if uri in journal.removed or not self._states.is_loaded(uri):
+                continue
+            state = self._states.get(uri)
+            if not is_persisted(uri, state):
+                continue
+            assert state is not None
+            if isinstance(state, t.SessionState):
+                sessions_touched[uri] = None
+            elif isinstance(state, t.ChatState):
+                owner = self._sessions.owner_of(uri)
+                if owner is not None:
+                    sessions_touched[owner] = None
+            since = self._log_bytes.get(uri, 0)
+            if uri in journal.added or since >= max(_SNAPSHOT_MIN_BYTES,
+                                                    self._snap_bytes.get(uri, 0)):
+                data = encode_state(state)
+                snapshots.append(ChannelRecord(uri=uri, state=data, seq=self._seq))
+                self._snap_bytes[uri] = len(data)
+                self._log_bytes[uri] = 0
+        rows: dict[str, SessionRecord] = {}
+        for uri in dict.fromkeys([*journal.new_sessions, *sessions_touched]):
+            row = self._sessions.row(uri)
+            if row is None or uri in journal.removed or not self._states.is_loaded(uri):
+                continue
+            summary: bytes | None = None
+            if self._is_ready(uri):
+                current = self.session_summary(uri)
+                if current == self._written.get(uri) and uri not in journal.new_sessions:
+                    continue
+                self._written[uri] = current
+                summary = wire.dumps(current).encode("utf-8")
+            elif uri not in journal.new_sessions:
+                continue
+            rows[uri] = SessionRecord(uri=uri, ordinal=row[0], created_at=row[1],
+                                      summary=summary)
+        return Batch(
+            server_seq=self._seq,
+            log=tuple(journal.log),
+            snapshots=tuple(snapshots),
+            removed=tuple(journal.removed),
+            sessions=tuple(rows.values()),
+            owners=tuple(journal.owners),
+            clients=tuple(journal.clients.values()),
+            forgotten_clients=tuple(journal.forgotten),
+            content=tuple(journal.content),
+            shared=tuple(journal.shared),
+            log_floor=max(0, self._seq - self._replay.max_envelopes),
+        )
+
+    def _rollback(self, journal: Journal, error: StoreError) -> None:
+        for uri, before in journal.pre.items():
+            if before is ABSENT:
+                if uri in self._states.loaded or self._states.is_stored(uri):
+                    del self._states[uri]
+                for conn in self._subscribers.pop(uri, {}):
+                    conn._subscriptions.pop(uri, None)
+            else:
+                self._states[uri] = cast("t.SnapshotState | None", before)
+                self._subscribers.setdefault(uri, {})
+        for step in reversed(journal.undo):
+            step()
+        for record in journal.content:
+            self.content.forget(record.uri)
+        for uri in journal.removed:
+            self._written.pop(uri, None)
+        self._seq = journal.first_seq
+        self._replay.truncate(journal.first_seq)
+        dropped = {id(record.data) for record in journal.log}
+        dropped.update(id(data) for data in journal.sent)
+        refused_answers: dict[int, bytes] = {}
+        for _conn, request_id, data in journal.answers:
+            refused_answers[id(data)] = _json_bytes({
+                "jsonrpc": "2.0", "id": request_id,
+                "error": {"code": int(JsonRpcErrorCode.INTERNAL_ERROR),
+                          "message": f"the host could not store the change: {error}"},
+            })
+        if dropped or refused_answers:
+            for conn in self._connections:
+                if conn._outbox:
+                    conn._outbox = [refused_answers.get(id(data), data)
+                                    for data in conn._outbox if id(data) not in dropped]
+        self._events = deque(
+            event for event in self._events
+            if not (isinstance(event, ClientActionApplied)
+                    and event.envelope.server_seq > journal.first_seq)
+        )
+        self._journal = Journal(self._seq)
+        reason = f"the host could not store this action: {error}"
+        refused = 0
+        for envelope, client_id in journal.applied:
+            if envelope.channel in self._states:
+                refused += 1
+                # the rejection carries what the client sent: its reconciler matches on it
+                self._sequence(envelope.channel, envelope.action, envelope.origin, reason,
+                               client_id)
+        self._events.append(StoreFailed(message=str(error), refused=refused))
+        if refused:
+            rejections = self._journal
+            store = self._store
+            assert store is not None
+            # sent even if this fails too, changing no state: a client must not
+            # wait forever for an answer the disk cannot keep
+            with contextlib.suppress(StoreError):
+                store.commit(Batch(server_seq=self._seq, log=tuple(rejections.log)))
+            self._journal = Journal(self._seq)
+
+    def _evict(self) -> None:
+        """Unload the stored channels nobody is subscribed to, oldest loaded first,
+        down to ``loaded_channels`` in memory."""
+        loaded = self._states.loaded
+        excess = len(loaded) - self._loaded_cap
+        for uri in loaded:
+            if excess <= 0:
+                return
+            if uri == ROOT_CHANNEL or self._subscribers.get(uri):
+                continue
+            state = self._states.get(uri)
+            if not is_persisted(uri, state) or (
+                isinstance(state, t.SessionState) and state.active_clients
+            ):
+                continue
+            self._states.unload(uri)
+            self._subscribers.pop(uri, None)
+            for table in (self._log_bytes, self._snap_bytes, self._written):
+                table.pop(uri, None)
+            excess -= 1
+
+    def _replay_entries(self, last: int) -> list[ReplayEntry] | None:
+        """The envelopes after ``last`` for a reconnect, or ``None``: snapshots then."""
+        if self._replay.can_replay_after(last):
+            return list(self._replay.after(last))
+        floor = self._replay.floor
+        if self._store is None or last < 0 or last >= floor:
+            return None
+        if self._seq - last > self._replay.max_envelopes:
+            return None  # the same window as in memory: further behind gets snapshots
+        try:
+            records = self._store.log_after(last, floor - last)
+        except StoreError:
+            return None
+        if [record.seq for record in records] != list(range(last + 1, floor + 1)):
+            return None  # compacted away
+        entries = []
+        for record in records:
+            try:
+                envelope = wire.parse_envelope(wire.parse_json(record.data)["params"])
+            except (ProtocolError, ValueError, KeyError, TypeError):
+                return None
+            entries.append(ReplayEntry(envelope=envelope, only_to=record.only_to,
+                                       size=len(record.data)))
+        entries.extend(self._replay.after(floor))
+        return entries
 
     # -- reading the state --
 
@@ -406,6 +792,12 @@ class Host:
             raise LocalProtocolError(f"{uri!r} does not hold a {type(state).__name__}")
         self._states[uri] = state
         self._subscribers[uri] = {}
+        journal = self._journal
+        if journal is not None:
+            journal.touch(uri, ABSENT)
+            journal.added[uri] = None
+            journal.removed.pop(uri, None)
+            self._seen.add(uri)  # made in this run: a turn under way in it is live
 
     def remove_channel(self, uri: str) -> None:
         """Remove channel ``uri``; its subscribers stop hearing of it, actions to it are ignored."""
@@ -413,6 +805,16 @@ class Host:
             raise LocalProtocolError("the root channel cannot be removed")
         if uri not in self._states:
             raise LocalProtocolError(f"no channel {uri!r}")
+        journal = self._journal
+        if journal is not None:
+            journal.touch(uri, self._states[uri])
+            journal.removed[uri] = None
+            journal.added.pop(uri, None)
+            entry = self._sessions.export(uri)
+            journal.undo.append(lambda: self._sessions.reimport(uri, entry))
+            self._listed.discard(uri)
+            for table in (self._log_bytes, self._snap_bytes, self._written):
+                table.pop(uri, None)
         del self._states[uri]
         self.content.release(uri)
         for conn in self._subscribers.pop(uri, {}):
@@ -456,9 +858,18 @@ class Host:
             # what _unhide sends first must not go out for an action that then fails
             wire.dumps(action)
             self._unhide(channel, state, action)
-        new = reduce(channel, state, action, now=self._clock)
-        # sequenced (encoded) before the state changes: a failure leaves both as they were
-        envelope = self._sequence(channel, action, origin, None, None)
+        journal = self._journal
+        if journal is None:
+            new = reduce(channel, state, action, now=self._clock)
+            # sequenced (encoded) before the state changes: a failure leaves both as they were
+            envelope = self._sequence(channel, action, origin, None, None)
+        else:
+            # the clock is read once and stored with the record: loading the
+            # channel replays it to the same state (modifiedAt included)
+            ms = self._clock()
+            new = reduce(channel, state, action, now=lambda: ms)
+            envelope = self._sequence(channel, action, origin, None, None, ms=ms)
+            journal.touch(channel, state)
         self._states[channel] = new
         if isinstance(new, t.ChatState) and not new.turns:
             # nothing is left to hide (``chat/truncated`` without a turn)
@@ -474,6 +885,8 @@ class Host:
         origin: t.ActionOrigin | None,
         rejection: str | None,
         only_to: str | None,
+        *,
+        ms: int = 0,
     ) -> t.ActionEnvelope:
         """Give ``action`` the next ``serverSeq``, record it and send it.
 
@@ -497,6 +910,11 @@ class Host:
             )
         self._seq += 1
         self._replay.append(envelope, size=len(data), only_to=only_to)
+        journal = self._journal
+        if journal is not None:
+            journal.log.append(LogRecord(seq=self._seq, channel=channel, data=data,
+                                         only_to=only_to, ms=ms))
+            self._log_bytes[channel] = self._log_bytes.get(channel, 0) + len(data)
         subscribers = self._subscribers.get(channel, {})
         if only_to is None:
             recipients: tuple[HostConnection, ...] = tuple(subscribers)
@@ -544,6 +962,8 @@ class Host:
             if known[version]:
                 if data is None:
                     data = encode_notification(method, params)
+                    if self._journal is not None:
+                        self._journal.sent.append(data)
                 conn._queue(data)
 
     # -- input --
@@ -804,14 +1224,25 @@ class Host:
     def _remember(
         self, client_id: str, version: str, now: int, *, keep: bool | None = None
     ) -> None:
-        for forgotten in self._clients.remember(client_id, version, now, keep=keep,
-                                                live=self._has_live_views):
+        evicted = self._clients.remember(client_id, version, now, keep=keep,
+                                         live=self._has_live_views)
+        for forgotten in evicted:
             # it can only initialize afresh now, which would drop them anyway
             self._views.drop_client(forgotten)
+        journal = self._journal
+        if journal is not None:
+            for gone in evicted:
+                journal.clients.pop(gone, None)
+                journal.forgotten[gone] = None
+            if client_id not in evicted:
+                journal.forgotten.pop(client_id, None)
+                journal.clients[client_id] = ClientRecord(
+                    client_id=client_id, version=version, touched=now,
+                    keep=self._clients.kept(client_id))
 
     def _subscribe_to(self, conn: HostConnection, uri: str) -> None:
         conn._subscriptions[uri] = None
-        self._subscribers[uri][conn] = None
+        self._subscribers.setdefault(uri, {})[conn] = None
 
     def _count_reconnect(self, conn: HostConnection, request_id: t.JsonRpcId) -> bool:
         """Count a ``reconnect`` against the budget; ``False`` (answered) when over it."""
@@ -863,13 +1294,14 @@ class Host:
         live = [uri for uri in wanted if uri in self._states]
         last = params.last_seen_server_seq
         result: t.ReconnectReplayResult | t.ReconnectSnapshotResult
-        replayed = self._replay.can_replay_after(last)
-        if replayed:
+        entries = self._replay_entries(last)
+        replayed = entries is not None
+        if entries is not None:
             for uri in live:
                 self._subscribe_to(conn, uri)
             actions = tuple(
                 entry.envelope
-                for entry in self._replay.after(last)
+                for entry in entries
                 if entry.envelope.channel in conn._subscriptions
                 and entry.only_to in (None, params.client_id)
                 and is_action_known_to_version(entry.envelope.action, version)
@@ -1070,6 +1502,8 @@ class Host:
         if action is not pending.action and check_family(channel, state, action) is not None:
             raise LocalProtocolError(f"{action.type} is not an action of {channel!r}")
         envelope = self._apply(channel, state, action, pending.origin)
+        if self._journal is not None:
+            self._journal.applied.append((envelope, pending.client_id))
         # the embedder's agent reacts to client actions (a turn started, a
         # tool call confirmed) after they are applied, in sequence order
         self._events.append(ClientActionApplied(connection=conn, envelope=envelope))
@@ -1156,6 +1590,9 @@ class Host:
         state = sessions.new_session(provider, title, working_directories, config)
         self.add_channel(uri, state)
         self._sessions.created(uri, wire_time(self._clock()))
+        if self._journal is not None:
+            self._journal.new_sessions[uri] = None
+            self._journal.undo.append(lambda: self._sessions.forget_channel(uri))
         return state
 
     def ready_session(
@@ -1171,7 +1608,7 @@ class Host:
         now = wire_time(self._clock())
         chat = sessions.new_chat(default_chat, chat_title, now)
         self.add_channel(default_chat, chat)
-        self._sessions.chat_added(default_chat, uri)
+        self._chat_added(default_chat, uri)
         self.dispatch(uri, t.SessionChatAddedAction(summary=sessions.chat_summary(chat)))
         self.dispatch(uri, t.SessionDefaultChatChangedAction(default_chat=default_chat))
         self.dispatch(uri, t.SessionReadyAction())
@@ -1190,7 +1627,7 @@ class Host:
         self._session_state(session)
         state = sessions.new_chat(chat, title, wire_time(self._clock()))
         self.add_channel(chat, state)
-        self._sessions.chat_added(chat, session)
+        self._chat_added(chat, session)
         self.dispatch(session, t.SessionChatAddedAction(summary=sessions.chat_summary(state)))
         return state
 
@@ -1259,7 +1696,7 @@ class Host:
         self.add_channel(params.chat, state)
         if isinstance(source, t.ForkChatSource):
             self.content.share(source.chat, params.chat)  # the copied turns reference it
-        self._sessions.chat_added(params.chat, params.channel)
+        self._chat_added(params.chat, params.channel)
         added = t.SessionChatAddedAction(summary=sessions.chat_summary(state))
         self.dispatch(params.channel, added)
         event.responder.respond(None)
@@ -1328,9 +1765,24 @@ class Host:
         Raises :class:`~agenthost_protocol.errors.InvalidParams` for an
         unknown cursor or a ``limit`` below 1.
         """
-        uris, next_cursor = self._sessions.page(params.cursor, params.limit, self._is_ready)
-        items = tuple(self.session_summary(uri) for uri in uris)
-        return t.ListSessionsResult(items=items, next_cursor=next_cursor)
+        uris, next_cursor = self._sessions.page(params.cursor, params.limit, self._is_listed)
+        stored: dict[str, bytes] = {}
+        unloaded = [uri for uri in uris if not self._states.is_loaded(uri)]
+        if unloaded and self._store is not None:
+            # a page of sessions nobody has open is read from the store, not loaded
+            try:
+                stored = self._store.summaries(unloaded)
+            except StoreError as e:
+                self._events.append(StoreFailed(message=str(e), refused=0))
+        items = []
+        for uri in uris:
+            if self._states.is_loaded(uri):
+                items.append(self.session_summary(uri))
+            elif uri in stored:
+                summary = decode_summary(stored[uri])
+                if summary is not None:
+                    items.append(summary)
+        return t.ListSessionsResult(items=tuple(items), next_cursor=next_cursor)
 
     def answer_list_sessions(self, event: RequestReceived) -> None:
         """Answer a ``listSessions`` request with :meth:`list_sessions` (or its error)."""

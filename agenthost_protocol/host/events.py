@@ -50,6 +50,7 @@ __all__ = [
     "ResponseReceived",
     "ServerRequestParams",
     "ServerRequestResult",
+    "StoreFailed",
     "TypedRequest",
 ]
 
@@ -104,7 +105,7 @@ class Responder(Generic[R]):
         """Answer with ``result``: the method's result class, or ``None`` for a ``null`` result."""
         METHODS[self.method].check_result(result)
         self._claim()
-        self._connection._send_result(self.request_id, result)
+        self._connection._send_result(self.request_id, result, method=self.method)
 
     def error(self, code: int, message: str, *, data: ErrorData | None = None) -> None:
         """Answer with a JSON-RPC or AHP error (one of the 16 codes).
@@ -260,6 +261,23 @@ class ClientIdClaimed:
     client_id: str
 
 
+@frozen(kw_only=True)
+class StoreFailed:
+    """The host's store could not read or write; the host went on without it.
+
+    After a failed commit the host is as it was before the batch: the
+    batch's envelopes were not sent, its state changes are undone, its
+    client actions were answered with rejections (``refused`` of them) and
+    its answers to requests that change state became ``InternalError``.
+    What the embedder dispatched in it is lost: log ``message``, stop the
+    agent's work or retry.  A read that failed (a channel that cannot be
+    loaded) reads as absent.
+    """
+
+    message: str
+    refused: int = 0
+
+
 Event: TypeAlias = (
     RequestReceived
     | ClientIdClaimed
@@ -269,5 +287,6 @@ Event: TypeAlias = (
     | ErrorReceived
     | ClientActionApplied
     | ConnectionClosed
+    | StoreFailed
 )
 """Everything ``host.next_event()`` returns."""

@@ -77,6 +77,13 @@ class ReplayBuffer:
             self._bytes -= self._entries.pop(oldest).size
             self._floor = oldest
 
+    def truncate(self, seq: int) -> None:
+        """Forget the entries after ``seq`` (a batch its store could not keep)."""
+        while self._order and self._order[-1] > seq:
+            self._bytes -= self._entries.pop(self._order.pop()).size
+        self._last = min(self._last, seq)
+        self._floor = min(self._floor, seq)
+
     def get(self, seq: int) -> ReplayEntry | None:
         """The entry of ``seq``, or ``None`` if it is not (or no longer) held."""
         return self._entries.get(seq)

@@ -12,8 +12,8 @@ client's snapshot).
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
-from typing import Any, Final
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Final, cast
 
 import attrs
 from attrs import frozen
@@ -23,6 +23,7 @@ from ..errors import InvalidParams
 from ..reducers._clock import iso_timestamp
 from ..types import SessionStatus
 from ..types.enums import ACTIVITY_MASK
+from .store import SessionRecord
 
 __all__ = [
     "ClientBook",
@@ -205,6 +206,37 @@ class SessionBook:
         self._sessions[uri] = (self._ordinal, created_at)
         self._chats[uri] = {}
 
+    def row(self, uri: str) -> tuple[int, str] | None:
+        """Session ``uri``'s ordinal and creation stamp."""
+        return self._sessions.get(uri)
+
+    def restore(
+        self, rows: Iterable[SessionRecord], owners: Iterable[tuple[str, str]]
+    ) -> None:
+        """Know the sessions and chat owners a store kept."""
+        for row in rows:
+            self._sessions[row.uri] = (row.ordinal, row.created_at)
+            self._chats.setdefault(row.uri, {})
+            self._ordinal = max(self._ordinal, row.ordinal)
+        for chat, session in owners:
+            self.chat_added(chat, session)
+
+    def export(self, uri: str) -> tuple[object, ...]:
+        """What the book holds of ``uri``, for :meth:`reimport` (undoing a forget)."""
+        return (self._sessions.get(uri), tuple(self._chats.get(uri, ())),
+                uri in self._chats, self._owner.get(uri))
+
+    def reimport(self, uri: str, entry: tuple[object, ...]) -> None:
+        row, chats, has_chats, owner = entry
+        if isinstance(row, tuple):
+            self._sessions[uri] = row
+        if has_chats:
+            for chat in cast("tuple[str, ...]", chats):
+                self.chat_added(chat, uri)
+            self._chats.setdefault(uri, {})
+        if isinstance(owner, str):
+            self.chat_added(uri, owner)
+
     def created_at(self, uri: str) -> str | None:
         entry = self._sessions.get(uri)
         return None if entry is None else entry[1]
@@ -215,6 +247,10 @@ class SessionBook:
 
     def owner_of(self, chat: str) -> str | None:
         return self._owner.get(chat)
+
+    def uris(self) -> tuple[str, ...]:
+        """Every session known, in creation order."""
+        return tuple(self._sessions)
 
     def chats_of(self, session: str) -> tuple[str, ...]:
         return tuple(self._chats.get(session, ()))

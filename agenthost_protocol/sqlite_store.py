@@ -1,0 +1,709 @@
+"""A durable :class:`~agenthost_protocol.host.store.HostStore`: one SQLite file.
+
+:class:`SQLiteStore` does what :class:`~agenthost_protocol.host.store.MemoryStore`
+does (that class is the model, and the tests hold the two to the same
+observable results), on the standard library's :mod:`sqlite3`, so a host
+keeps its sessions, channels, log and clients across restarts with no
+dependency.
+
+Durability.  The file is in WAL mode with ``synchronous=NORMAL``: once
+:meth:`SQLiteStore.commit` returns, the batch is in the write-ahead log in
+the operating system's hands, so it survives the process being killed
+(``kill -9`` included) and is found again by the next open.  What
+``NORMAL`` does not promise is the last commits before a power loss or an
+operating system crash (the file stays consistent; it may be a few commits
+older).  ``synchronous="FULL"`` promises those too, for an fsync per commit.
+A commit is one SQLite transaction: all of a :class:`Batch` or none of it.
+
+Locking.  The store takes SQLite's exclusive lock when it opens and keeps
+it until :meth:`SQLiteStore.close`: two hosts writing one file would each
+believe their own ``serverSeq``, so a second opener (another process, or a
+second :class:`SQLiteStore` in this one) is refused ("... is in use by
+another process") rather than waited for.  The lock is the operating
+system's, so it goes with the process however the process ends.  (On POSIX
+a process loses its locks on a file when it closes *any* descriptor of it:
+nothing else in the process should open the store's file while it is open;
+a second :class:`SQLiteStore` is refused before it opens it.)
+
+Refusals.  Pointed at the wrong file, the store refuses to open rather
+than "repair" it, and leaves it byte for byte as it was: a file that is
+not SQLite, another application's SQLite file (its ``application_id`` is
+not :data:`APPLICATION_ID`), a corrupt or truncated store, a store written
+by a newer version of this library (schema above :data:`SCHEMA_VERSION`).
+The checks that decide this read the file's header with plain file I/O
+before SQLite ever opens it: SQLite itself may write on open (a journal
+mode, a ``-wal`` file).  One case needs SQLite: a file whose ``-wal`` still
+holds transactions (its writer was killed before a checkpoint), as its
+header may predate them; refusing it, SQLite may checkpoint them into the
+file, which then holds the same database in other bytes.  Every failure is
+a :class:`StoreError` whose message is one line naming the file.
+
+Reading a store from an older schema runs the missing :data:`MIGRATIONS`,
+all in one transaction, at open.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import stat
+import struct
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from agenthost_protocol.host.store import (
+    Batch,
+    ChannelRecord,
+    ClientRecord,
+    ContentRecord,
+    LogRecord,
+    Restored,
+    SessionRecord,
+    StoreError,
+)
+
+__all__ = ["SQLiteStore", "default_store_path", "SCHEMA_VERSION", "APPLICATION_ID", "MIGRATIONS"]
+
+APPLICATION_ID = 0x41485031
+"""``PRAGMA application_id`` of every store ("AHP1"): how a store tells its own
+files from other SQLite files (``file(1)`` reads it too)."""
+
+SCHEMA_VERSION = 1
+"""``PRAGMA user_version`` of a store this version writes; it reads any up to it."""
+
+_LIBRARY = "agenthost-protocol"
+
+_MAGIC = b"SQLite format 3\x00"
+_HEADER = 100
+_BUSY_MS = 200
+_IN_CHUNK = 500  # under SQLITE_MAX_VARIABLE_NUMBER (999 before SQLite 3.32)
+_MAX_INT = 2**63 - 1
+_JOURNAL_LIMIT = 16 * 1024 * 1024
+_SYNCHRONOUS = ("NORMAL", "FULL", "EXTRA")
+_OPENING = threading.Lock()
+_HELD: set[tuple[int, int]] = set()
+"""The files (device, inode) this process' open stores hold: see _check_file."""
+_TABLES = frozenset(
+    {"meta", "log", "channels", "sessions", "owners", "clients", "content", "content_owners"}
+)
+
+
+# --- schema and migrations ------------------------------------------------------------
+
+_SCHEMA_1 = (
+    "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT)",
+    "CREATE TABLE log(seq INTEGER PRIMARY KEY, channel TEXT NOT NULL, only_to TEXT,"
+    " ms INTEGER NOT NULL, data BLOB NOT NULL)",
+    # (channel) is (channel, seq): seq is the rowid, which every index entry ends with
+    "CREATE INDEX log_by_channel ON log(channel)",
+    # ``n`` is the order of first insertion (the order MemoryStore's dicts keep):
+    # an upsert keeps it, a VACUUM cannot renumber it, and (n, uri) lets restore()
+    # read the channel list without walking the states.
+    "CREATE TABLE channels(n INTEGER PRIMARY KEY, uri TEXT NOT NULL UNIQUE,"
+    " seq INTEGER NOT NULL, state BLOB)",
+    "CREATE INDEX channels_in_order ON channels(n, uri)",
+    "CREATE TABLE sessions(n INTEGER PRIMARY KEY, uri TEXT NOT NULL UNIQUE,"
+    " ordinal INTEGER NOT NULL, created_at TEXT NOT NULL, summary BLOB)",
+    "CREATE TABLE owners(n INTEGER PRIMARY KEY, chat TEXT NOT NULL UNIQUE, session TEXT NOT NULL)",
+    "CREATE TABLE clients(n INTEGER PRIMARY KEY, client_id TEXT NOT NULL UNIQUE,"
+    " version TEXT NOT NULL, touched INTEGER NOT NULL, keep INTEGER NOT NULL)",
+    # ``owner`` is the owner the blob was first stored with: what content() returns,
+    # as MemoryStore does; who owns it now is content_owners.
+    "CREATE TABLE content(uri TEXT PRIMARY KEY, content_type TEXT NOT NULL, owner TEXT,"
+    " data BLOB NOT NULL)",
+    "CREATE TABLE content_owners(uri TEXT NOT NULL, channel TEXT NOT NULL,"
+    " PRIMARY KEY(uri, channel)) WITHOUT ROWID",
+    "CREATE INDEX content_owners_by_channel ON content_owners(channel, uri)",
+    f"INSERT INTO meta(key, value) VALUES ('library', '{_LIBRARY}'), ('server_seq', '0')",
+)
+
+
+def _create_schema_1(db: sqlite3.Connection) -> None:
+    # execute(), not executescript(): executescript commits first, and a migration
+    # must stay inside the one transaction that moves the file between versions
+    for statement in _SCHEMA_1:
+        db.execute(statement)
+
+
+MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_create_schema_1,)
+"""``MIGRATIONS[i]`` takes a store from schema ``i`` to ``i + 1`` (0: a new file)."""
+
+
+# --- paths ----------------------------------------------------------------------------
+
+
+def default_store_path() -> Path:
+    """``host.sqlite3`` in this user's data directory, where a host keeps its store
+    unless told otherwise (per platform convention, so backups and cleaners find it)."""
+    home = Path.home()
+    if sys.platform == "win32":
+        local = os.environ.get("LOCALAPPDATA")
+        base = Path(local) if local else home / "AppData" / "Local"
+    elif sys.platform == "darwin":
+        base = home / "Library" / "Application Support"
+    else:
+        xdg = os.environ.get("XDG_DATA_HOME")
+        # the XDG spec: a relative value is invalid and is ignored
+        base = Path(xdg) if xdg and os.path.isabs(xdg) else home / ".local" / "share"
+    return base / _LIBRARY / "host.sqlite3"
+
+
+# --- errors ---------------------------------------------------------------------------
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split()) if ("\n" in text or "\r" in text) else text
+
+
+def _code(exc: sqlite3.Error) -> str:
+    # sqlite_errorname is Python 3.11+; the message is all 3.10 gives
+    name = getattr(exc, "sqlite_errorname", None)
+    if isinstance(name, str):
+        return name
+    message = str(exc)
+    if "locked" in message or "busy" in message:
+        return "SQLITE_BUSY"
+    if "malformed" in message or "corrupt" in message:
+        return "SQLITE_CORRUPT"
+    if "not a database" in message:
+        return "SQLITE_NOTADB"
+    return ""
+
+
+def _is_busy(exc: sqlite3.Error) -> bool:
+    return _code(exc).startswith(("SQLITE_BUSY", "SQLITE_LOCKED"))
+
+
+def _is_corrupt(exc: sqlite3.Error) -> bool:
+    return _code(exc).startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB"))
+
+
+# --- the store ------------------------------------------------------------------------
+
+_INSERT_LOG = "INSERT OR REPLACE INTO log(seq, channel, only_to, ms, data) VALUES (?, ?, ?, ?, ?)"
+_UPSERT_CHANNEL = (
+    "INSERT INTO channels(uri, seq, state) VALUES (?, ?, ?)"
+    " ON CONFLICT(uri) DO UPDATE SET seq = excluded.seq, state = excluded.state"
+)
+_UPSERT_OWNER = (
+    "INSERT INTO owners(chat, session) VALUES (?, ?)"
+    " ON CONFLICT(chat) DO UPDATE SET session = excluded.session"
+)
+_UPSERT_SESSION = (
+    "INSERT INTO sessions(uri, ordinal, created_at, summary) VALUES (?, ?, ?, ?)"
+    " ON CONFLICT(uri) DO UPDATE SET ordinal = excluded.ordinal,"
+    " created_at = excluded.created_at, summary = excluded.summary"
+)
+_UPSERT_CLIENT = (
+    "INSERT INTO clients(client_id, version, touched, keep) VALUES (?, ?, ?, ?)"
+    " ON CONFLICT(client_id) DO UPDATE SET version = excluded.version,"
+    " touched = excluded.touched, keep = excluded.keep"
+)
+_FORGET_CLIENT = "DELETE FROM clients WHERE client_id = ?"
+_INSERT_CONTENT = (
+    "INSERT OR IGNORE INTO content(uri, content_type, owner, data) VALUES (?, ?, ?, ?)"
+)
+_INSERT_CONTENT_OWNER = "INSERT OR IGNORE INTO content_owners(uri, channel) VALUES (?, ?)"
+_SHARE = (
+    "INSERT OR IGNORE INTO content_owners(uri, channel)"
+    " SELECT uri, ? FROM content_owners WHERE channel = ?"
+)
+_REMOVE_CHANNEL = "DELETE FROM channels WHERE uri = ?"
+_REMOVE_SESSION = "DELETE FROM sessions WHERE uri = ?"
+_REMOVE_OWNER = "DELETE FROM owners WHERE chat = ?"
+# a blob goes with the last of its owners (one removed channel at a time, so two
+# owners removed in one batch release it); a blob stored with no owner has no rows
+# in content_owners and stays
+_RELEASE_CONTENT = (
+    "DELETE FROM content WHERE uri IN (SELECT uri FROM content_owners WHERE channel = ?1)"
+    " AND NOT EXISTS (SELECT 1 FROM content_owners o"
+    " WHERE o.uri = content.uri AND o.channel <> ?1)"
+)
+_REMOVE_CONTENT_OWNER = "DELETE FROM content_owners WHERE channel = ?"
+_COMPACT = (
+    "DELETE FROM log WHERE seq <= ? AND NOT EXISTS"
+    " (SELECT 1 FROM channels c WHERE c.uri = log.channel AND c.seq < log.seq)"
+)
+_SET_SERVER_SEQ = "UPDATE meta SET value = ? WHERE key = 'server_seq'"
+_PROBES = tuple(
+    [f"SELECT * FROM {table} LIMIT 1" for table in sorted(_TABLES)]
+    + [f"SELECT max(rowid) FROM {table}" for table in sorted(_TABLES - {"content_owners"})]
+)
+
+
+class SQLiteStore:
+    """A :class:`~agenthost_protocol.host.store.HostStore` in one SQLite file.
+
+    Open it once per process (it holds the file's lock until :meth:`close`); use
+    it from one thread at a time.  ``ahp_version`` is the AHP version whose JSON
+    the caller writes: the file records it (:attr:`ahp_version`), and
+    :attr:`previous_ahp_version` says what it recorded before this open, so a
+    host can tell it is reading another version's envelopes.
+    """
+
+    compact_every: int = 1000
+    """Drop compactable log records once ``log_floor`` has risen this much since the
+    last compaction: the scan is over every record below the floor still held (the
+    tails of channels whose snapshot is older), so not on every commit.  ``0``
+    compacts on every commit, as :class:`MemoryStore` does (the tests' setting)."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        ahp_version: str = "0.7.0",
+        synchronous: str = "NORMAL",
+    ) -> None:
+        sync = synchronous.upper()
+        if sync not in _SYNCHRONOUS:
+            raise ValueError(f"synchronous must be one of {', '.join(_SYNCHRONOUS)}, "
+                             f"not {synchronous!r}")
+        self.path = Path(path)
+        self._name = os.fspath(path)
+        self._db: sqlite3.Connection | None = None
+        self._server_seq = 0
+        self._floor = 0
+        self._compacted = 0
+        self.previous_ahp_version: str | None = None
+        """The AHP version the file recorded before this open (``None``: a new store)."""
+        self._held: tuple[int, int] | None = None
+        with _OPENING:
+            fresh = self._check_file()
+            siblings = self._siblings()
+            try:
+                db = sqlite3.connect(
+                    self.path.absolute().as_uri() + "?mode=rw",
+                    uri=True,
+                    isolation_level=None,  # transactions are ours: BEGIN/COMMIT below
+                    check_same_thread=False,
+                )
+            except sqlite3.Error as exc:
+                raise self._error(exc) from exc
+            try:
+                self._open(db, fresh, ahp_version, sync)
+                info = os.stat(self.path)
+            except BaseException:
+                db.close()
+                self._tidy(siblings)
+                raise
+            self._held = (info.st_dev, info.st_ino)
+            _HELD.add(self._held)
+            self._db = db
+
+    # -- opening ----------------------------------------------------------------------
+
+    def _check_file(self) -> bool:
+        """Refuse a file that is not ours from its header alone, before SQLite (which may
+        write to it) opens it.  True when there is nothing to read: a new or empty file."""
+        try:
+            info = os.stat(self.path)
+        except FileNotFoundError:
+            return self._create_file()
+        except OSError as exc:
+            raise self._os_error(exc) from exc
+        if (info.st_dev, info.st_ino) in _HELD:
+            # refused here, before the file is opened to read its header: closing that
+            # descriptor would release the holder's lock (POSIX locks are per process)
+            raise StoreError(self._line_is(
+                "in use by another process (or another SQLiteStore in this one)"))
+        if not stat.S_ISREG(info.st_mode):
+            raise StoreError(self._line("not a regular file; refusing to use it as a store"))
+        if info.st_size == 0:
+            self._check_writable()
+            return True
+        try:
+            with open(self.path, "rb") as file:
+                head = file.read(_HEADER)
+        except OSError as exc:
+            raise self._os_error(exc) from exc
+        if not head.startswith(_MAGIC):
+            raise StoreError(self._line("not an SQLite file; refusing to use it as a store"))
+        if len(head) < _HEADER:
+            raise self._corrupt("the file is shorter than an SQLite header")
+        (page_size,) = struct.unpack_from(">H", head, 16)
+        page_size = 65536 if page_size == 1 else page_size
+        if page_size < 512 or page_size & (page_size - 1):
+            raise self._corrupt(f"page size {page_size} in its header")
+        (application_id,) = struct.unpack_from(">i", head, 68)
+        # a store's application_id is written before its first WAL transaction, so the
+        # header has it even when the newest transactions are still in the -wal
+        self._check_identity(application_id, 0)
+        # the rest of the header may predate frames in the -wal (a writer killed before
+        # a checkpoint): then SQLite decides, after recovering them
+        try:
+            wal_frames = os.stat(self._name + "-wal").st_size > 32
+        except OSError:
+            wal_frames = False
+        if wal_frames:
+            self._check_writable()
+            return False
+        (user_version,) = struct.unpack_from(">i", head, 60)
+        self._check_identity(application_id, user_version)
+        (changes, pages) = struct.unpack_from(">II", head, 24)
+        (valid_for,) = struct.unpack_from(">I", head, 92)
+        if valid_for == changes and pages and info.st_size < pages * page_size:
+            raise self._corrupt(f"truncated: {info.st_size} bytes where its header "
+                                f"says {pages * page_size}")
+        self._check_writable()
+        return False
+
+    def _check_writable(self) -> None:
+        # SQLite would say "disk I/O error" or "attempt to write a readonly database"
+        if not os.access(self.path, os.W_OK):
+            raise StoreError(self._line("cannot write to it (read-only); a store writes "
+                                        "on every commit"))
+        if not os.access(self.path.absolute().parent, os.W_OK | os.X_OK):
+            raise StoreError(self._line("cannot write to its directory, where SQLite keeps "
+                                        "the store's write-ahead log (-wal)"))
+
+    def _create_file(self) -> bool:
+        try:
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            # created here, not by SQLite, so the transcripts it will hold are the
+            # user's alone (SQLite gives its -wal the file's mode)
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:  # created by someone else meanwhile: read it then
+            return self._check_file()
+        except OSError as exc:
+            raise self._os_error(exc) from exc
+        os.close(fd)
+        return True
+
+    def _check_identity(self, application_id: int, user_version: int) -> None:
+        if application_id != APPLICATION_ID:
+            raise self._not_ours()
+        if user_version > SCHEMA_VERSION:
+            raise StoreError(self._line(
+                f"written by a newer agenthost-protocol (schema {user_version}, "
+                f"this one reads up to {SCHEMA_VERSION}); upgrade it"))
+
+    def _open(self, db: sqlite3.Connection, fresh: bool, ahp_version: str, sync: str) -> None:
+        try:
+            db.execute(f"PRAGMA busy_timeout = {_BUSY_MS}")
+            # before the first read: in WAL mode the lock is then taken at once and the
+            # WAL index lives in this process' memory (no -shm file for others to join)
+            db.execute("PRAGMA locking_mode = EXCLUSIVE")
+            application_id = db.execute("PRAGMA application_id").fetchone()[0]
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            tables = {row[0] for row in db.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if fresh and application_id == 0 and version == 0 and not tables:
+                # the file is ours from its first write, so a store killed while being
+                # created is recognised, and migrated from schema 0, when opened again
+                db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+            else:
+                self._check_identity(application_id, version)
+                # our id, yet not our tables (schema 0 is the file before its tables)
+                if version == 0:
+                    foreign = bool(tables)
+                else:
+                    required = _TABLES if version == SCHEMA_VERSION else {"meta"}
+                    foreign = not required.issubset(tables)
+                if foreign:
+                    raise self._not_ours()
+            # nothing was written before here unless the file was empty
+            mode = db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise StoreError(self._line(f"cannot use write-ahead logging here ({mode})"))
+            db.execute(f"PRAGMA synchronous = {sync}")
+            db.execute(f"PRAGMA journal_size_limit = {_JOURNAL_LIMIT}")
+            db.execute("BEGIN IMMEDIATE")  # the write lock, kept until close
+            try:
+                for step in range(version, SCHEMA_VERSION):
+                    MIGRATIONS[step](db)
+                    db.execute(f"PRAGMA user_version = {step + 1}")
+                # a store damaged where opening does not otherwise read is refused now,
+                # not mid-session: touch each table's first and last pages
+                for probe in _PROBES:
+                    db.execute(probe).fetchall()
+                meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
+                if meta.get("library") != _LIBRARY:
+                    raise self._not_ours()
+                try:
+                    self._server_seq = int(meta.get("server_seq") or 0)
+                except ValueError as exc:
+                    raise self._corrupt(f"server_seq {meta.get('server_seq')!r}") from exc
+                self.previous_ahp_version = meta.get("ahp_version")
+                if self.previous_ahp_version != ahp_version:
+                    db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('ahp_version', ?)",
+                               (ahp_version,))
+                db.execute("COMMIT")
+            except BaseException:
+                self._rollback(db)
+                raise
+        except sqlite3.Error as exc:
+            if _is_busy(exc):
+                raise StoreError(self._line_is("in use by another process")) from exc
+            raise self._error(exc) from exc
+
+    def _siblings(self) -> dict[str, bool]:
+        return {suffix: os.path.exists(self._name + suffix)
+                for suffix in ("-wal", "-shm", "-journal")}
+
+    def _tidy(self, before: dict[str, bool]) -> None:
+        # SQLite removes the -wal it made when it closes; should it leave an empty one
+        # behind after a refusal, the refused file's directory is left as it was found
+        for suffix, existed in before.items():
+            name = self._name + suffix
+            try:
+                if not existed and os.path.getsize(name) == 0:
+                    os.remove(name)
+            except OSError:
+                pass
+
+    # -- errors -----------------------------------------------------------------------
+
+    def _line(self, what: str) -> str:
+        return _one_line(f"{self._name}: {what}")
+
+    def _line_is(self, what: str) -> str:
+        return _one_line(f"{self._name} is {what}")
+
+    def _not_ours(self) -> StoreError:
+        return StoreError(self._line(
+            "not an agenthost-protocol store (another application's SQLite file); "
+            "refusing to use it"))
+
+    def _corrupt(self, why: str) -> StoreError:
+        return StoreError(self._line(
+            f"the store is corrupt ({why}); move it away (or restore a backup) to start afresh"))
+
+    def _error(self, exc: sqlite3.Error) -> StoreError:
+        if _is_corrupt(exc):
+            return self._corrupt(str(exc))
+        return StoreError(self._line(str(exc)))
+
+    def _os_error(self, exc: OSError) -> StoreError:
+        return StoreError(self._line(exc.strerror or str(exc)))
+
+    def _conn(self) -> sqlite3.Connection:
+        if self._db is None:
+            raise StoreError(self._line("the store is closed"))
+        return self._db
+
+    # -- identity ---------------------------------------------------------------------
+
+    @property
+    def ahp_version(self) -> str | None:
+        """The AHP version of the store's writer, as the file records it."""
+        row = self._read("SELECT value FROM meta WHERE key = 'ahp_version'", ())
+        return str(row[0][0]) if row else None
+
+    @property
+    def schema_version(self) -> int:
+        """``PRAGMA user_version`` of the file (:data:`SCHEMA_VERSION` once open)."""
+        return int(self._read("PRAGMA user_version", ())[0][0])
+
+    # -- reads ------------------------------------------------------------------------
+
+    def _read(self, sql: str, params: Sequence[object]) -> list[Any]:
+        db = self._conn()
+        try:
+            return db.execute(sql, params).fetchall()
+        except sqlite3.Error as exc:
+            raise self._error(exc) from exc
+
+    def restore(self) -> Restored:
+        db = self._conn()
+        try:
+            server_seq = db.execute(
+                "SELECT value FROM meta WHERE key = 'server_seq'").fetchone()[0]
+            channels = db.execute(
+                "SELECT uri FROM channels ORDER BY n").fetchall()
+            sessions = db.execute(
+                "SELECT uri, ordinal, created_at, summary IS NOT NULL FROM sessions"
+                " ORDER BY ordinal, n").fetchall()
+            owners = db.execute("SELECT chat, session FROM owners ORDER BY n").fetchall()
+            clients = db.execute(
+                "SELECT client_id, version, touched, keep FROM clients ORDER BY n").fetchall()
+        except sqlite3.Error as exc:
+            raise self._error(exc) from exc
+        return Restored(
+            server_seq=int(server_seq),
+            channels=tuple(uri for (uri,) in channels),
+            sessions=tuple(SessionRecord(uri=uri, ordinal=ordinal, created_at=created_at)
+                           for uri, ordinal, created_at, _ in sessions),
+            listed=frozenset(uri for uri, _, _, listed in sessions if listed),
+            owners=tuple(owners),
+            clients=tuple(ClientRecord(client_id=client_id, version=version,
+                                       touched=touched, keep=bool(keep))
+                          for client_id, version, touched, keep in clients),
+        )
+
+    def load_channel(self, uri: str) -> tuple[ChannelRecord, tuple[LogRecord, ...]] | None:
+        db = self._conn()
+        try:
+            row = db.execute("SELECT seq, state FROM channels WHERE uri = ?", (uri,)).fetchone()
+            if row is None:
+                return None
+            seq, state = row
+            tail = db.execute(
+                "SELECT seq, only_to, ms, data FROM log WHERE channel = ? AND seq > ?"
+                " ORDER BY seq", (uri, seq)).fetchall()
+        except UnicodeEncodeError:
+            return None  # a name SQLite cannot hold was never stored
+        except sqlite3.Error as exc:
+            raise self._error(exc) from exc
+        return (ChannelRecord(uri=uri, state=state, seq=seq),
+                tuple(LogRecord(seq=s, channel=uri, data=data, only_to=only_to, ms=ms)
+                      for s, only_to, ms, data in tail))
+
+    def log_after(self, seq: int, limit: int) -> tuple[LogRecord, ...]:
+        if limit <= 0 or seq >= _MAX_INT:
+            return ()
+        rows = self._read(
+            "SELECT seq, channel, only_to, ms, data FROM log WHERE seq > ? ORDER BY seq LIMIT ?",
+            (max(seq, -_MAX_INT), min(limit, _MAX_INT)))
+        return tuple(LogRecord(seq=s, channel=channel, data=data, only_to=only_to, ms=ms)
+                     for s, channel, only_to, ms, data in rows)
+
+    def summaries(self, uris: Sequence[str]) -> dict[str, bytes]:
+        db = self._conn()
+        found: dict[str, bytes] = {}
+        wanted = list(dict.fromkeys(uris))
+        try:
+            for start in range(0, len(wanted), _IN_CHUNK):
+                chunk = wanted[start:start + _IN_CHUNK]
+                marks = ", ".join("?" * len(chunk))
+                found.update(db.execute(
+                    f"SELECT uri, summary FROM sessions WHERE uri IN ({marks})"
+                    " AND summary IS NOT NULL", chunk).fetchall())
+        except UnicodeEncodeError:
+            found.update(self.summaries([u for u in wanted if _encodable(u)]))
+        except sqlite3.Error as exc:
+            raise self._error(exc) from exc
+        return {uri: found[uri] for uri in uris if uri in found}
+
+    def content(self, uri: str) -> ContentRecord | None:
+        if not _encodable(uri):
+            return None
+        rows = self._read("SELECT content_type, data, owner FROM content WHERE uri = ?", (uri,))
+        if not rows:
+            return None
+        content_type, data, owner = rows[0]
+        return ContentRecord(uri=uri, content_type=content_type, data=data, owner=owner)
+
+    # -- writes -----------------------------------------------------------------------
+
+    def commit(self, batch: Batch) -> None:
+        db = self._conn()
+        floor = batch.log_floor
+        compact = self.compact_every <= 0 or floor - self._compacted >= self.compact_every
+        server_seq = max(self._server_seq, batch.server_seq)
+        try:
+            db.execute("BEGIN")
+            self._write(db, batch)
+            if compact:
+                db.execute(_COMPACT, (floor,))
+            if server_seq != self._server_seq:
+                db.execute(_SET_SERVER_SEQ, (server_seq,))
+            db.execute("COMMIT")
+        except BaseException as exc:
+            self._rollback(db)
+            if isinstance(exc, sqlite3.Error):
+                raise self._error(exc) from exc
+            if isinstance(exc, (OverflowError, UnicodeEncodeError)):
+                raise StoreError(self._line(f"cannot store this batch ({exc})")) from exc
+            raise
+        self._server_seq = server_seq
+        self._floor = max(self._floor, floor)
+        if compact:
+            self._compacted = floor
+
+    @staticmethod
+    def _write(db: sqlite3.Connection, batch: Batch) -> None:
+        # MemoryStore's order: later parts of a batch see the earlier ones
+        if batch.log:
+            db.executemany(_INSERT_LOG, [(r.seq, r.channel, r.only_to, r.ms, r.data)
+                                         for r in batch.log])
+        if batch.snapshots:
+            db.executemany(_UPSERT_CHANNEL, [(s.uri, s.seq, s.state) for s in batch.snapshots])
+        if batch.owners:
+            db.executemany(_UPSERT_OWNER, batch.owners)
+        if batch.sessions:
+            db.executemany(_UPSERT_SESSION, [(s.uri, s.ordinal, s.created_at, s.summary)
+                                             for s in batch.sessions])
+        if batch.clients:
+            db.executemany(_UPSERT_CLIENT, [(c.client_id, c.version, c.touched, int(c.keep))
+                                            for c in batch.clients])
+        if batch.forgotten_clients:
+            db.executemany(_FORGET_CLIENT, [(c,) for c in batch.forgotten_clients])
+        if batch.content:
+            db.executemany(_INSERT_CONTENT, [(b.uri, b.content_type, b.owner, b.data)
+                                             for b in batch.content])
+            owned = [(b.uri, b.owner) for b in batch.content if b.owner is not None]
+            if owned:
+                db.executemany(_INSERT_CONTENT_OWNER, owned)
+        for source, channel in batch.shared:  # in order: a fork of a fork sees the first
+            db.execute(_SHARE, (channel, source))
+        if batch.removed:
+            gone = [(uri,) for uri in batch.removed]
+            db.executemany(_REMOVE_CHANNEL, gone)
+            db.executemany(_REMOVE_SESSION, gone)
+            db.executemany(_REMOVE_OWNER, gone)
+            for uri in batch.removed:  # one at a time: see _RELEASE_CONTENT
+                db.execute(_RELEASE_CONTENT, (uri,))
+                db.execute(_REMOVE_CONTENT_OWNER, (uri,))
+
+    def _rollback(self, db: sqlite3.Connection) -> None:
+        try:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass  # SQLite rolled back already (as it does on a full disk)
+
+    def compact(self) -> None:
+        """Drop now what the highest ``log_floor`` committed so far allows, whatever
+        :attr:`compact_every` says (a host shutting down, a test comparing stores)."""
+        db = self._conn()
+        try:
+            db.execute("BEGIN")
+            db.execute(_COMPACT, (self._floor,))
+            db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self._rollback(db)
+            raise self._error(exc) from exc
+        self._compacted = self._floor
+
+    # -- closing ----------------------------------------------------------------------
+
+    def close(self) -> None:
+        db, self._db = self._db, None
+        if db is None:
+            return
+        try:
+            self._rollback(db)
+            db.close()
+        except sqlite3.Error as exc:
+            raise self._error(exc) from exc
+        finally:
+            if self._held is not None:
+                with _OPENING:
+                    _HELD.discard(self._held)
+
+    def __enter__(self) -> SQLiteStore:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._db is None else "open"
+        return f"<SQLiteStore {self._name!r} ({state})>"
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True

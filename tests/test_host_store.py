@@ -1,14 +1,16 @@
-"""Issue 20: a host with a store keeps everything across a restart (sans-I/O, MemoryStore).
+"""Issue 20: a host with a store keeps everything across a restart (sans-I/O).
 
-The same tests run against the SQLite store in ``test_host_sqlite.py``;
-here the store is the in-memory model, so every interleaving is the
-test's and runs in microseconds.
+Mostly on the in-memory model of a store, so every interleaving is the
+test's and runs in microseconds; the restart and the failing disk also on
+the real SQLite store.  ``test_serve_store.py`` does it to ``serve``.
 """
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -24,6 +26,7 @@ from agenthost_protocol.client import (
 from agenthost_protocol.host import Host, RequestReceived, StoreFailed
 from agenthost_protocol.host.store import HostStore, MemoryStore
 from agenthost_protocol.methods import CREATE_CHAT
+from agenthost_protocol.sqlite_store import SQLiteStore
 from agenthost_protocol.testing.network import Link, Network
 
 NOW = 1_767_225_600_000
@@ -87,8 +90,13 @@ def join(net: Network, client_id: str, *channels: str, clock: Clock) -> tuple[Cl
     return client, link
 
 
-def test_a_restarted_host_has_every_channel_byte_equal_and_continues_the_sequence() -> None:
-    store, clock = MemoryStore(), Clock()
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_a_restarted_host_has_every_channel_byte_equal_and_continues_the_sequence(
+    kind: str, tmp_path: Path,
+) -> None:
+    clock = Clock()
+    path = tmp_path / "host.sqlite3"
+    store: HostStore = MemoryStore() if kind == "memory" else SQLiteStore(path)
     host = new_host(store, clock)
     for n in range(3):
         uri, chat = session(host, n)
@@ -98,6 +106,9 @@ def test_a_restarted_host_has_every_channel_byte_equal_and_continues_the_sequenc
     assert host.commit()
     before, seq = dump(host), host.server_seq
     listed = host.list_sessions(t.ListSessionsParams())
+    if isinstance(store, SQLiteStore):
+        store.close()
+        store = SQLiteStore(path)
 
     again = new_host(store, clock)
     assert again.server_seq == seq
@@ -109,6 +120,31 @@ def test_a_restarted_host_has_every_channel_byte_equal_and_continues_the_sequenc
     assert dump(again) == before
     envelope = again.dispatch("ahp-session:/s0", t.SessionTitleChangedAction(title="after"))
     assert envelope.server_seq == seq + 1
+    store.close()
+
+
+def test_a_read_only_sqlite_store_refuses_the_action_and_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    store, clock = SQLiteStore(tmp_path / "host.sqlite3"), Steps()
+    host = new_host(store, clock)
+    uri, _ = session(host, 0)
+    net = Network(host)
+    a, link = join(net, "a", ROOT, uri, clock=clock)
+    before = dump(host)
+    store._conn().execute("PRAGMA query_only = ON")  # what a read-only file does to writes
+    link.send(a.dispatch(uri, t.SessionTitleChangedAction(title="lost")))
+    net.run_until_quiet()
+    (event,) = link.take_events()
+    assert isinstance(event, ActionReceived)
+    rejection = event.received.rejection
+    assert rejection is not None and "readonly" in rejection.reason
+    assert dump(host) == before
+    store._conn().execute("PRAGMA query_only = OFF")
+    link.send(a.dispatch(uri, t.SessionTitleChangedAction(title="kept")))
+    net.run_until_quiet()
+    assert wire.dumps(a.confirmed(uri)) == wire.dumps(host.state(uri))
+    store.close()
 
 
 def test_nothing_is_sent_before_it_is_stored() -> None:

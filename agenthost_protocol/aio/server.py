@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import weakref
 from collections import deque
 from collections.abc import Callable
@@ -388,9 +389,19 @@ class HostServer:
         handler: EventHandler | None = None,
         *,
         limits: ServerLimits | None = None,
+        commit_interval: float = 0.002,
     ) -> None:
+        if commit_interval < 0:
+            raise LocalProtocolError("commit_interval must not be negative")
         self._host = host
         self.handler = handler
+        self.commit_interval = commit_interval
+        """With a store: the least time between two commits while changes stream
+        in.  A change after a quiet spell is committed (and sent) at once; during a
+        stream, what comes within the interval waits for one commit together, so
+        a stream costs a commit per interval, not per action (group commit)."""
+        self._last_commit = -math.inf
+        self._commit_timer: asyncio.TimerHandle | None = None
         self.limits = limits if limits is not None else ServerLimits()
         if limits is not None:
             # a host built with budgets of its own keeps them unless the server is given some
@@ -471,6 +482,8 @@ class HostServer:
         if self._flushing:
             # a handler calling flush() from inside flush(): the outer loop goes on
             return
+        if not self._commit_due():
+            return  # the commit timer flushes
         self._flushing = True
         try:
             while True:
@@ -488,6 +501,25 @@ class HostServer:
                 self._handle(late)
         finally:
             self._flushing = False
+
+    def _commit_due(self) -> bool:
+        """Whether to commit (and send) now: ``False`` when the last commit was less than
+        ``commit_interval`` ago and changes wait; a timer then flushes them."""
+        host = self._host
+        if not host.uncommitted or self._closing:
+            return True
+        now = asyncio.get_running_loop().time()
+        due = self._last_commit + self.commit_interval
+        if now >= due:
+            self._last_commit = now
+            return True
+        if self._commit_timer is None:
+            self._commit_timer = asyncio.get_running_loop().call_at(due, self._commit_later)
+        return False
+
+    def _commit_later(self) -> None:
+        self._commit_timer = None
+        self.flush()
 
     def _handle(self, event: Event) -> None:
         if isinstance(event, ConnectionClosed):
@@ -624,6 +656,9 @@ class HostServer:
         (default: twice the close timeout) the remaining transports are aborted.
         """
         self._closing = True
+        if self._commit_timer is not None:
+            self._commit_timer.cancel()
+            self._commit_timer = None
         if self._recheck is not None:
             self._recheck.cancel()
             self._recheck = None

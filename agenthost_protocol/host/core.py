@@ -120,8 +120,9 @@ _WRITES: Final = frozenset({
 """Requests whose success answer says the state changed: refused with a failed commit."""
 
 _SNAPSHOT_MIN_BYTES: Final = 64 * 1024
-"""A channel is snapshot again when its log since the last one outgrows this and the
-snapshot: loading replays at most that much, and snapshots cost at most the log's bytes."""
+"""A channel is snapshot again when its log since the last one outgrows this and twice
+the snapshot: loading replays at most that much, and encoding snapshots costs at most
+half what encoding the log did."""
 
 
 def _json_bytes(obj: object) -> bytes:
@@ -460,6 +461,11 @@ class Host:
         if self._journal is not None and method in _WRITES:
             self._journal.answers.append((conn, request_id, data))
 
+    @property
+    def uncommitted(self) -> bool:
+        """Whether changes wait for :meth:`commit` (never without a store)."""
+        return bool(self._journal) or bool(self._cut)
+
     def _before_send(self) -> None:
         if self._journal or self._cut:
             self.commit()
@@ -516,7 +522,7 @@ class Host:
                     sessions_touched[owner] = None
             since = self._log_bytes.get(uri, 0)
             if uri in journal.added or since >= max(_SNAPSHOT_MIN_BYTES,
-                                                    self._snap_bytes.get(uri, 0)):
+                                                    2 * self._snap_bytes.get(uri, 0)):
                 data = encode_state(state)
                 snapshots.append(ChannelRecord(uri=uri, state=data, seq=self._seq))
                 self._snap_bytes[uri] = len(data)

@@ -120,7 +120,8 @@ class Batch:
     snapshots: tuple[ChannelRecord, ...] = ()
     """Channels added, or whose log since their last snapshot grew long (upserts)."""
     removed: tuple[str, ...] = ()
-    """Channels gone: their snapshot, session row, chat owner, content owners.
+    """Channels gone: their snapshot, session row, owner rows (as chat or as session),
+    content owners.
     Their log records stay until compacted (a ``reconnect`` may replay them)."""
     sessions: tuple[SessionRecord, ...] = ()
     """Upserts of session rows (a new session, a summary that changed)."""
@@ -275,6 +276,8 @@ class MemoryStore:
             self.channels.pop(uri, None)
             self.sessions.pop(uri, None)
             self.owners.pop(uri, None)
+            for chat in [c for c, session in self.owners.items() if session == uri]:
+                del self.owners[chat]
             for blob, owners in list(self.blob_owners.items()):
                 owners.discard(uri)
                 if not owners:

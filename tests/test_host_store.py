@@ -342,7 +342,7 @@ def _apply(host: Host, op: tuple[object, ...], turns: list[int]) -> None:
         host.dispose_session(uri)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(deadline=None)
 @given(ops=OPS, loaded=st.integers(1, 6))
 def test_restarts_at_any_point_leave_the_same_state_as_no_restart(
     ops: list[tuple[object, ...]], loaded: int,
@@ -385,3 +385,63 @@ def test_the_embedders_root_wins_at_a_restart_and_a_replayed_client_follows() ->
     (event,) = [e for e in link2.take_events() if isinstance(e, Reconnected)]
     assert event.outcome.kind is t.ReconnectResultType.REPLAY
     assert a.confirmed(ROOT) == restarted.state(ROOT)
+
+
+STEPS = st.lists(st.tuples(
+    st.sampled_from(["client-title", "server-title", "turn", "chat", "dispose-chat", "session",
+                     "restart"]),
+    st.integers(0, 2),
+    st.booleans(),  # the disk fails for this step
+), max_size=20)
+
+
+@settings(deadline=None)
+@given(steps=STEPS)
+def test_memory_and_disk_agree_whatever_fails(steps: list[tuple[str, int, bool]]) -> None:
+    """After every step the host's state is what a restart would find, failed
+    writes included, and a connected client converges on it."""
+    store, clock = MemoryStore(), Steps()
+    host = new_host(store, clock)
+    session(host, 0)
+    assert host.commit()
+    net = Network(host)
+    client, link = join(net, "a", ROOT, "ahp-session:/s0", clock=clock)
+    turns = [0]
+    for kind, n, fail in steps:
+        clock.now += 11
+        uri, chat = f"ahp-session:/s{n}", f"ahp-chat:/s{n}"
+        store.fail = "database or disk is full" if fail else None
+        if kind == "restart":
+            store.fail = None
+            link.drop()
+            host = new_host(store, clock)
+            net = Network(host)
+            link = net.connect(client)
+            link.send(client.reconnect())
+        elif kind == "session" and not host.has_channel(uri):
+            session(host, n)
+        elif not host.has_channel(uri):
+            continue
+        elif kind == "client-title" and uri == "ahp-session:/s0":
+            link.send(client.dispatch(uri, t.SessionTitleChangedAction(title=f"c{clock.now}")))
+        elif kind == "server-title":
+            host.dispatch(uri, t.SessionTitleChangedAction(title=f"s{clock.now}"))
+        elif kind == "turn" and host.has_channel(chat):
+            turns[0] += 1
+            turn(host, chat, f"t{turns[0]}", ["x", "y"])
+        elif kind == "chat":
+            turns[0] += 1
+            host.add_chat(uri, f"{chat}/x{turns[0]}")
+        elif kind == "dispose-chat":
+            extra = [c for c in host.chats_of(uri) if c != chat]
+            if extra:
+                host.dispose_chat(extra[0])
+        net.run_until_quiet()
+        store.fail = None
+        assert host.commit()
+        net.run_until_quiet()
+        disk = new_host(store, clock)
+        assert dump(disk) == dump(host)
+        assert disk.server_seq == host.server_seq
+        for channel in (ROOT, "ahp-session:/s0"):
+            assert wire.dumps(client.confirmed(channel)) == wire.dumps(host.state(channel))

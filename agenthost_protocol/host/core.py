@@ -271,6 +271,7 @@ class Host:
         self._listed: set[str] = set()
         """Stored sessions ``listSessions`` lists (those in memory are asked directly)."""
         self._written: dict[str, t.SessionSummary] = {}
+        self._failed_snapshots: list[str] = []
         self._seen: set[str] = set()
         """Stored channels loaded at least once in this run (so not cut by a restart)."""
         self._cut: list[tuple[str, str]] = []
@@ -494,6 +495,7 @@ class Host:
         try:
             store.commit(batch)
         except StoreError as e:
+            self._failed_snapshots = [record.uri for record in batch.snapshots]
             self._rollback(journal, e)
             return False
         self._journal = Journal(self._seq)
@@ -545,7 +547,7 @@ class Host:
                                       summary=summary)
         return Batch(
             server_seq=self._seq,
-            log=tuple(journal.log),
+            log=(*journal.kept, *journal.log),
             snapshots=tuple(snapshots),
             removed=tuple(journal.removed),
             sessions=tuple(rows.values()),
@@ -571,8 +573,11 @@ class Host:
             step()
         for record in journal.content:
             self.content.forget(record.uri)
-        for uri in journal.removed:
-            self._written.pop(uri, None)
+        # what _batch took as written was not: summaries are written again, snapshots
+        # taken again soon (the store's older ones and its log still give the state)
+        self._written.clear()
+        for uri in self._failed_snapshots:
+            self._log_bytes[uri] = _SNAPSHOT_MIN_BYTES + 2 * self._snap_bytes.get(uri, 0)
         self._seq = journal.first_seq
         self._replay.truncate(journal.first_seq)
         dropped = {id(record.data) for record in journal.log}
@@ -594,7 +599,7 @@ class Host:
             if not (isinstance(event, ClientActionApplied)
                     and event.envelope.server_seq > journal.first_seq)
         )
-        self._journal = Journal(self._seq)
+        self._journal = Journal(self._seq, journal.kept)
         reason = f"the host could not store this action: {error}"
         refused = 0
         for envelope, client_id in journal.applied:
@@ -608,18 +613,24 @@ class Host:
             rejections = self._journal
             store = self._store
             assert store is not None
-            # sent even if this fails too, changing no state: a client must not
-            # wait forever for an answer the disk cannot keep
-            with contextlib.suppress(StoreError):
-                store.commit(Batch(server_seq=self._seq, log=tuple(rejections.log)))
-            self._journal = Journal(self._seq)
+            unstored = (*rejections.kept, *rejections.log)
+            try:
+                store.commit(Batch(server_seq=self._seq, log=unstored))
+            except StoreError:
+                # sent all the same, changing no state: a client must not wait
+                # forever for an answer the disk cannot keep; they are written
+                # with the next commit that succeeds, their serverSeq kept
+                self._journal = Journal(self._seq, unstored)
+            else:
+                self._journal = Journal(self._seq)
 
     def _evict(self) -> None:
         """Unload the stored channels nobody is subscribed to, oldest loaded first,
         down to ``loaded_channels`` in memory."""
-        loaded = self._states.loaded
-        excess = len(loaded) - self._loaded_cap
-        for uri in loaded:
+        excess = self._states.loaded_count - self._loaded_cap
+        if excess <= 0:
+            return
+        for uri in self._states.loaded:
             if excess <= 0:
                 return
             if uri == ROOT_CHANNEL or self._subscribers.get(uri):
@@ -650,6 +661,8 @@ class Host:
             return None
         if [record.seq for record in records] != list(range(last + 1, floor + 1)):
             return None  # compacted away
+        if sum(len(record.data) for record in records) > self._replay.max_bytes:
+            return None  # the same byte bound as in memory
         entries = []
         for record in records:
             try:
@@ -818,7 +831,9 @@ class Host:
             journal.added.pop(uri, None)
             entry = self._sessions.export(uri)
             journal.undo.append(lambda: self._sessions.reimport(uri, entry))
-            self._listed.discard(uri)
+            if uri in self._listed:
+                self._listed.discard(uri)
+                journal.undo.append(lambda: self._listed.add(uri))
             for table in (self._log_bytes, self._snap_bytes, self._written):
                 table.pop(uri, None)
         del self._states[uri]

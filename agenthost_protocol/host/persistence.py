@@ -194,6 +194,10 @@ class ChannelTable:
         return uri in self._stored
 
     @property
+    def loaded_count(self) -> int:
+        return len(self._loaded)
+
+    @property
     def loaded(self) -> tuple[str, ...]:
         """The channels in memory, oldest loaded first."""
         return tuple(self._loaded)
@@ -208,8 +212,12 @@ class ChannelTable:
 class Journal:
     """What changed since the last commit (see the module's docstring)."""
 
-    def __init__(self, first_seq: int) -> None:
+    def __init__(self, first_seq: int, kept: tuple[LogRecord, ...] = ()) -> None:
         self.first_seq = first_seq
+        """The ``serverSeq`` a failed commit puts the host back to."""
+        self.kept = kept
+        """Envelopes sent although no commit stored them (rejections for a failing
+        disk): written with the next commit, never taken back."""
         self.log: list[LogRecord] = []
         self.pre: dict[str, object] = {}
         """Channel to its state before the batch (:data:`ABSENT`: it did not exist)."""
@@ -230,7 +238,7 @@ class Journal:
         self.undo: list[Callable[[], None]] = []
 
     def __bool__(self) -> bool:
-        return bool(self.log or self.pre or self.added or self.removed or self.owners
+        return bool(self.kept or self.log or self.pre or self.added or self.removed or self.owners
                     or self.new_sessions or self.clients or self.forgotten or self.content
                     or self.shared)
 

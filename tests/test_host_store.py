@@ -90,6 +90,16 @@ def join(net: Network, client_id: str, *channels: str, clock: Clock) -> tuple[Cl
     return client, link
 
 
+def reconnect_to(host: Host, client: ClientConnection) -> Reconnected:
+    """``client`` (disconnected) reconnects to ``host``; its ``Reconnected``."""
+    net = Network(host)
+    link = net.connect(client)
+    link.send(client.reconnect())
+    net.run_until_quiet()
+    (event,) = [e for e in link.take_events() if isinstance(e, Reconnected)]
+    return event
+
+
 @pytest.mark.parametrize("kind", ["memory", "sqlite"])
 def test_a_restarted_host_has_every_channel_byte_equal_and_continues_the_sequence(
     kind: str, tmp_path: Path,
@@ -229,11 +239,7 @@ def test_a_client_reconnects_across_a_restart_with_a_replay_from_the_store() -> 
     assert host.commit()
 
     restarted = new_host(store, clock)
-    net2 = Network(restarted)
-    link2 = net2.connect(a)
-    link2.send(a.reconnect())
-    net2.run_until_quiet()
-    (event,) = [e for e in link2.take_events() if isinstance(e, Reconnected)]
+    event = reconnect_to(restarted, a)
     assert event.outcome.kind is t.ReconnectResultType.REPLAY
     for channel in (ROOT, uri, chat):
         assert wire.dumps(a.confirmed(channel)) == wire.dumps(restarted.state(channel))
@@ -249,11 +255,7 @@ def test_a_client_too_far_behind_gets_snapshots_after_a_restart() -> None:
     turn(host, chat, "t1", ["x"] * 30)
     assert host.commit()
     restarted = new_host(store, clock, replay_max_envelopes=4)
-    net2 = Network(restarted)
-    link2 = net2.connect(a)
-    link2.send(a.reconnect())
-    net2.run_until_quiet()
-    (event,) = [e for e in link2.take_events() if isinstance(e, Reconnected)]
+    event = reconnect_to(restarted, a)
     assert event.outcome.kind is t.ReconnectResultType.SNAPSHOT
     assert wire.dumps(a.confirmed(chat)) == wire.dumps(restarted.state(chat))
 
@@ -378,11 +380,7 @@ def test_the_embedders_root_wins_at_a_restart_and_a_replayed_client_follows() ->
     new_agent = t.AgentInfo(provider="new", display_name="New", description="", models=())
     restarted = Host(clock=clock, store=store, root=t.RootState(agents=(new_agent,)))
     assert restarted.state(ROOT) == t.RootState(agents=(new_agent,))
-    net2 = Network(restarted)
-    link2 = net2.connect(a)
-    link2.send(a.reconnect())
-    net2.run_until_quiet()
-    (event,) = [e for e in link2.take_events() if isinstance(e, Reconnected)]
+    event = reconnect_to(restarted, a)
     assert event.outcome.kind is t.ReconnectResultType.REPLAY
     assert a.confirmed(ROOT) == restarted.state(ROOT)
 

@@ -27,7 +27,7 @@ from agenthost_protocol.aio.client import (
 )
 from agenthost_protocol.aio.websocket import WebSocketServer, serve_websocket
 from agenthost_protocol.host import Event as HostEvent
-from agenthost_protocol.host import Host
+from agenthost_protocol.host import Host, HostStore
 from agenthost_protocol.versions import SUPPORTED_PROTOCOL_VERSIONS
 
 ROOT = "ahp-root://"
@@ -84,12 +84,13 @@ async def demo_host(
     intercept: Callable[[DemoHost, HostEvent], bool] | None = None,
     limits: ServerLimits | None = None,
     access: AccessPolicy | None = None,
+    store: HostStore | None = None,
 ) -> AsyncIterator[DemoHost]:
     """A demo host on a loopback port.  ``intercept(host, event)`` sees every host
     event first; returning ``True`` keeps it from the demo agent."""
     host = Host(clock=clock, root=demo_root_state(), replay_max_envelopes=replay_window,
                 remembered_clients=remembered_clients, supported_versions=supported_versions,
-                server_info=t.Implementation(name="test-host"))
+                server_info=t.Implementation(name="test-host"), store=store)
     server = HostServer(host, limits=limits)
     driver = AgentDriver(DemoAgent(step_delay=step_delay), host, server.flush)
     endpoint = await serve_websocket(server, "127.0.0.1", 0, ping_interval=None, access=access)

@@ -7,13 +7,40 @@ confirm dialog and waits for its answer, ``slow`` streams a piece and waits
 for an ``abort``, ``crash`` exits in the middle of the run), ``abort`` and
 every other command answered with success.  ``--xcsh`` starts with xcsh's
 ``ready`` frame.  It exits at the end of its stdin.
+
+For the resume tests: ``--session-dir DIR`` makes ``get_state`` name
+``DIR/session-<pid>.jsonl`` as its ``sessionFile``, a line appended to it per
+prompt (pi writes its file once there is something to keep); without it
+there is no ``sessionFile``, as with ``--no-session`` (which it ignores).
+``switch_session`` {sessionPath} answers ``{cancelled: false}`` if that file
+exists (then names it in ``get_state``), else fails; ``--switch-fails``
+fails it always.  ``--log PATH`` appends ``pid <pid>`` once, then every
+command received, one JSON line each.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Any
+
+
+def option(name: str) -> str | None:
+    return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else None
+
+
+DIRECTORY = option("--session-dir")
+SESSION_FILE: list[str | None] = [
+    None if DIRECTORY is None else os.path.join(DIRECTORY, f"session-{os.getpid()}.jsonl")]
+"""The session file get_state names (a list: switch_session changes it)."""
+LOG = option("--log")
+
+
+def log(line: str) -> None:
+    if LOG is not None:
+        with open(LOG, "a", encoding="utf-8") as f:
+            f.write(line + "\n")
 
 
 def send(frame: dict[str, Any]) -> None:
@@ -27,6 +54,7 @@ def command() -> dict[str, Any] | None:
         return None
     value = json.loads(line)
     assert isinstance(value, dict)
+    log(json.dumps(value))
     return value
 
 
@@ -55,6 +83,9 @@ def run(cmd: dict[str, Any]) -> bool:
     """One agent run for a prompt; ``False`` when stdin ended in the middle."""
     message = str(cmd.get("message", ""))
     ok(cmd)
+    if SESSION_FILE[0] is not None:
+        with open(SESSION_FILE[0], "a", encoding="utf-8") as f:
+            f.write(json.dumps({"role": "user", "content": message}) + "\n")
     send({"type": "agent_start"})
     send({"type": "message_start", "message": {"role": "user", "content": message}})
     send({"type": "message_start", "message": {"role": "assistant", "content": []}})
@@ -98,11 +129,24 @@ def run(cmd: dict[str, Any]) -> bool:
 def main() -> int:
     if "--xcsh" in sys.argv:
         send({"type": "ready", "version": "0.0-standin"})
+    log(f"pid {os.getpid()}")
     while (cmd := command()) is not None:
         kind = cmd["type"]
         if kind == "get_state":
-            ok(cmd, {"isStreaming": False, "isCompacting": False, "sessionId": "standin",
-                     "sessionName": "Stand-in session", "messageCount": 0})
+            state: dict[str, Any] = {
+                "isStreaming": False, "isCompacting": False, "sessionId": "standin",
+                "sessionName": "Stand-in session", "messageCount": 0}
+            if SESSION_FILE[0] is not None:
+                state["sessionFile"] = SESSION_FILE[0]
+            ok(cmd, state)
+        elif kind == "switch_session":
+            path = str(cmd.get("sessionPath"))
+            if "--switch-fails" in sys.argv or not os.path.isfile(path):
+                send({"id": cmd.get("id"), "type": "response", "command": kind,
+                      "success": False, "error": f"cannot switch to {path}"})
+            else:
+                SESSION_FILE[0] = path
+                ok(cmd, {"cancelled": False})
         elif kind == "get_available_models":
             ok(cmd, {"models": [{"id": "echo", "name": "Echo", "provider": "standin",
                                  "input": ["text"], "contextWindow": 1000, "maxTokens": 100}]})

@@ -272,3 +272,38 @@ def test_serve_prints_its_store_and_no_store_keeps_nothing(tmp_path: Path) -> No
 
     run(main())
 
+
+
+def test_a_failing_disk_refuses_over_a_socket_and_the_host_goes_on() -> None:
+    from agenthost_protocol.client import ActionReceived
+    from agenthost_protocol.host import MemoryStore
+
+    from ._aio_hosts import demo_host
+
+    async def main() -> None:
+        store = MemoryStore()
+        async with demo_host(store=store) as demo:
+            alice, _ = await ws_peer(demo.url, "alice")
+            await alice.initialize([ROOT])
+            await create(alice, 0)
+            uri, _chat = session_uri(0)
+            before = wire.dumps(demo.host.state(uri))
+            store.fail = "database or disk is full"
+            await alice.dispatch(uri, t.SessionTitleChangedAction(title="lost"))
+            event = await alice.until(lambda e: isinstance(e, ActionReceived))
+            assert isinstance(event, ActionReceived)
+            rejection = event.received.rejection
+            assert rejection is not None and "disk is full" in rejection.reason
+            answer = await alice.request("createChat", t.CreateChatParams(
+                channel=uri, chat="ahp-chat:/s0/new"))
+            assert isinstance(answer, RequestFailed) and answer.error is not None
+            assert "disk is full" in answer.error.message
+            assert wire.dumps(demo.host.state(uri)) == before
+            assert not demo.host.has_channel("ahp-chat:/s0/new")
+            store.fail = None
+            await alice.dispatch(uri, t.SessionTitleChangedAction(title="kept"))
+            await alice.until_state(uri, lambda s: isinstance(s, t.SessionState)
+                                    and s.title == "kept")
+            assert isinstance(await alice.request("ping", t.PingParams()), ResponseReceived)
+
+    run(main(), timeout=60)

@@ -23,6 +23,18 @@ speaking the Agent Client Protocol on stdio through the ACP SDK's JSON-RPC
 * a disposed session's prompt is cancelled, its waiting requests answered
   and, if the agent can, ``session/close`` sent.
 
+What survives a restart of the host (a store, ``build_acp_server(store=...)``):
+the history always (the host's); the conversation with the agent when the
+agent advertised ``agentCapabilities.loadSession``.  Each session's ACP
+``sessionId`` and ``cwd`` are kept in its ``_meta`` (``{"acp": {"sessionId",
+"cwd"}}``, :meth:`~AcpAgentRunner.session_created`); when a client uses a
+stored session again, :meth:`~AcpAgentRunner.resume_session` sends
+``session/load`` to the one agent process and connects a new bridge to the
+session's chat.  What the agent replays while it loads is dropped: the host
+has that history already.  An agent without ``loadSession``, a session
+without a recorded id, or a ``session/load`` that fails: its history stays
+readable and every new turn ends with ``chat/error`` ``NotResumable``.
+
 The agent's requests are read as raw JSON (the SDK's low-level connection),
 so the bridge sees exactly what the agent sent, whatever schema version it
 was built against.  The agent may not read or write files or run terminals
@@ -68,6 +80,7 @@ from ..bridges.acp import (
     PromptCapabilities,
     acp_error_message,
 )
+from ..channels import ChannelKind, channel_kind
 from ..host import Host, HostStore
 from .base import Agent, AgentError, NewSession
 from .driver import AgentDriver
@@ -85,6 +98,12 @@ ACP_PROVIDER: Final = "acp"
 """The default provider id of the ACP agent in the root state."""
 
 ACP_PROTOCOL_VERSION: Final = 1
+
+META_KEY: Final = "acp"
+"""The key of a session's ``_meta`` that holds its ACP ``sessionId`` and ``cwd``."""
+
+_EARLY_LIMIT: Final = 1000
+"""Client actions kept for a stored session while it is being resumed."""
 
 
 def acp_agent_info(
@@ -153,7 +172,7 @@ class AcpAgentRunner(Agent):
     root should list it: :func:`acp_root_state`); ``session_cwd`` is the
     ``cwd`` of ``session/new`` when a client names no working directory
     (default: the host's current directory); ``close_timeout`` bounds each
-    step of stopping the agent.
+    step of stopping the agent; ``resume_timeout`` bounds ``session/load``.
     """
 
     manages_chats = True
@@ -168,6 +187,7 @@ class AcpAgentRunner(Agent):
         session_cwd: str | None = None,
         start_timeout: float = 30.0,
         close_timeout: float = 2.0,
+        resume_timeout: float = 30.0,
     ) -> None:
         self._server = server
         self._agent = agent
@@ -175,11 +195,23 @@ class AcpAgentRunner(Agent):
         self._session_cwd = session_cwd
         self._start_timeout = start_timeout
         self._close_timeout = close_timeout
+        self._resume_timeout = resume_timeout
         self._conn: Connection | None = None
         self._group: _AgentProcess | None = None
         self._caps = PromptCapabilities()
         self._closes_sessions = False
         """The agent advertised ``sessionCapabilities.close`` (``session/close``)."""
+        self._loads_sessions = False
+        """The agent advertised ``agentCapabilities.loadSession`` (``session/load``)."""
+        self._cwds: dict[str, str] = {}
+        """ACP sessionId -> its ``cwd``."""
+        self._loading: set[str] = set()
+        """ACP sessionIds whose ``session/load`` runs: their replayed updates are dropped."""
+        self._early: dict[str, list[tuple[str, t.StateAction]]] = {}
+        """Stored AHP session -> the client actions on it (or its chat) that came before
+        its resume was done: given to its bridge once it is."""
+        self._settled: set[str] = set()
+        """Stored AHP sessions whose resume is over (resumed or not)."""
         self._info = acp_agent_info(provider)
         self._bridges: dict[str, AcpBridge] = {}
         """ACP sessionId -> its bridge."""
@@ -247,6 +279,7 @@ class AcpAgentRunner(Agent):
             raise
         self._caps = PromptCapabilities.from_initialize(result)
         self._closes_sessions = _closes_sessions(result)
+        self._loads_sessions = _loads_sessions(result)
         info = result.get("agentInfo") if isinstance(result, Mapping) else None
         if isinstance(info, Mapping):
             name = info.get("title") or info.get("name")
@@ -352,18 +385,124 @@ class AcpAgentRunner(Agent):
         except ConnectionError as e:
             raise AgentError(str(e) or type(e).__name__, error_type="acp:session/new") from e
         setup = AcpSessionSetup.from_new_session(result)
-        counter = itertools.count(1)
         bridge = AcpBridge(
             acp_session_id=session_id, session=session.uri, chat=session.chat,
-            new_id=lambda kind: f"acp-{kind}-{next(counter)}", now=self.host.now,
-            setup=setup, prompt_capabilities=self._caps,
+            new_id=_id_factory(), now=self.host.now, setup=setup,
+            prompt_capabilities=self._caps,
         )
-        self._bridges[session_id] = bridge
-        self._by_channel[session.uri] = self._by_channel[session.chat] = bridge
+        self._add_bridge(bridge, cwd)
         models = setup.models(self._provider)
         if models:
             self.driver.set_models(models)
         return setup.config
+
+    def session_created(self, session: str) -> None:
+        """The session is ready: its ACP ``sessionId`` and ``cwd`` go into its ``_meta``
+        (``{"acp": {...}}``, the other keys kept), which the host's store keeps for
+        :meth:`resume_session`."""
+        bridge = self._by_channel.get(session)
+        if bridge is not None and bridge.session == session:
+            self._remember(bridge)
+
+    async def resume_session(self, session: str, state: t.SessionState) -> str | None:
+        """A session of an earlier run is used again: ``session/load`` its ACP session.
+
+        ``None`` once the agent loaded it (what it replays meanwhile is dropped:
+        the host has the history); else why it cannot continue.  Never raises
+        for what the agent does.
+        """
+        try:
+            return await self._resume(session, state)
+        finally:
+            self._settled.add(session)
+            self._early.pop(session, None)
+
+    async def _resume(self, session: str, state: t.SessionState) -> str | None:
+        kept = "this session's history is kept but it cannot continue"
+        if not self.host.has_channel(session):
+            return "the session was disposed"
+        stored = state.meta.get(META_KEY) if state.meta is not None else None
+        session_id = stored.get("sessionId") if isinstance(stored, Mapping) else None
+        if not isinstance(session_id, str) or not session_id:
+            return f"no ACP session id was recorded for this session: {kept}"
+        if not self._loads_sessions:
+            return f"the ACP agent cannot load sessions (no loadSession capability): {kept}"
+        chat = _chat_of(self.host, session, state)
+        if chat is None:
+            return f"this session has no chat: {kept}"
+        conn = self._conn
+        if conn is None or not self._running or self._closing:
+            return f"the ACP agent is not running: {kept}"
+        if session_id in self._bridges or session_id in self._loading:
+            return f"ACP session {session_id} is in use by another session: {kept}"
+        recorded = stored.get("cwd") if isinstance(stored, Mapping) else None
+        directories = state.working_directories
+        cwd = (recorded if isinstance(recorded, str) and recorded else None) or (
+            _path(directories[0]) if directories else None) or self._session_cwd or os.getcwd()
+        self._loading.add(session_id)
+        try:
+            result: object = await asyncio.wait_for(conn.send_request("session/load", {
+                "sessionId": session_id, "cwd": cwd, "mcpServers": []}), self._resume_timeout)
+        except RequestError as e:
+            reason = acp_error_message(e.code, str(e), e.data)
+            return f"the ACP agent could not load session {session_id} ({reason}): {kept}"
+        except asyncio.TimeoutError:
+            return (f"the ACP agent did not answer session/load within "
+                    f"{self._resume_timeout:g} s: {kept}")
+        except ConnectionError:
+            return f"the ACP agent is gone: {kept}"
+        finally:
+            self._loading.discard(session_id)
+        if self._closing or not self._running or not self.host.has_channel(session):
+            if self._closes_sessions and self._running:  # loaded for nothing: let it go
+                self._spawn(self._close_session(conn, session_id))
+            return f"the session or the agent went away while it was loaded: {kept}"
+        setup = AcpSessionSetup.from_new_session(result)
+        chat_state = self.host.state(chat) if self.host.has_channel(chat) else None
+        taken = frozenset(turn.id for turn in chat_state.turns) if isinstance(
+            chat_state, t.ChatState) else frozenset()
+        bridge = AcpBridge(
+            acp_session_id=session_id, session=session, chat=chat,
+            new_id=_id_factory(taken), now=self.host.now, setup=setup,
+            prompt_capabilities=self._caps, title=state.title, meta=state.meta,
+        )
+        self._add_bridge(bridge, cwd)
+        models = setup.models(self._provider)
+        if models:
+            self.driver.set_models(models)
+        if state.config is not None:
+            # the agent follows what the session shows (the bridge switches what differs)
+            values = setup.values()
+            wanted = {k: v for k, v in state.config.values.items() if k in values}
+            if wanted:
+                self._carry(bridge, bridge.receive_client_action(
+                    session, t.SessionConfigChangedAction(config=wanted)))
+        self._remember(bridge)
+        for channel, action in self._early.pop(session, []):
+            self._carry(bridge, bridge.receive_client_action(channel, action))
+        return None
+
+    async def _close_session(self, conn: Connection, session_id: str) -> None:
+        with contextlib.suppress(RequestError, ConnectionError, asyncio.TimeoutError):
+            await asyncio.wait_for(conn.send_request("session/close", {"sessionId": session_id}),
+                                   self._close_timeout)
+
+    def _add_bridge(self, bridge: AcpBridge, cwd: str) -> None:
+        self._bridges[bridge.acp_session_id] = bridge
+        self._cwds[bridge.acp_session_id] = cwd
+        self._by_channel[bridge.session] = self._by_channel[bridge.chat] = bridge
+
+    def _remember(self, bridge: AcpBridge) -> None:
+        """``{"acp": {"sessionId", "cwd"}}`` into the session's ``_meta`` (if it changed)."""
+        uri = bridge.session
+        state = self.host.state(uri) if self.host.has_channel(uri) else None
+        if not isinstance(state, t.SessionState):
+            return
+        record = {"sessionId": bridge.acp_session_id}
+        cwd = self._cwds.get(bridge.acp_session_id)
+        if cwd is not None:
+            record["cwd"] = cwd
+        self._carry(bridge, bridge.set_meta(META_KEY, record, base=state.meta))
 
     def session_disposed(self, session: str) -> None:
         """Stop the agent's work for a session nobody will see, and free what it holds."""
@@ -372,6 +511,7 @@ class AcpAgentRunner(Agent):
             return
         self._carry(bridge, bridge.dispose(close=self._closes_sessions))
         self._bridges.pop(bridge.acp_session_id, None)
+        self._cwds.pop(bridge.acp_session_id, None)
         self._by_channel.pop(bridge.session, None)
         self._by_channel.pop(bridge.chat, None)
 
@@ -379,6 +519,36 @@ class AcpAgentRunner(Agent):
         bridge = self._by_channel.get(channel)
         if bridge is not None:
             self._carry(bridge, bridge.receive_client_action(channel, action))
+            return
+        # a stored session's first action comes before its resume_session ran (the
+        # driver adopts it then): kept for its bridge
+        session = self._resuming(channel)
+        if session is not None:
+            early = self._early.setdefault(session, [])
+            if len(early) < _EARLY_LIMIT:
+                early.append((channel, action))
+            else:
+                log.warning("session %s: too many actions while it resumes; %s dropped",
+                            session, action.type)
+
+    def _resuming(self, channel: str) -> str | None:
+        """The stored session of ``channel`` (it or its chat) if it may still be resumed."""
+        if self._closing:
+            return None
+        kind = channel_kind(channel)
+        if kind is ChannelKind.SESSION:
+            session: str | None = channel
+        elif kind is ChannelKind.CHAT:
+            session = self.host.owner_of(channel)
+        else:
+            return None
+        if session is None or session in self._settled or not self.host.has_channel(session):
+            return None
+        state = self.host.state(session)
+        if (not isinstance(state, t.SessionState) or state.provider != self._provider
+                or state.lifecycle != t.SessionLifecycle.READY):
+            return None
+        return session
 
     async def turn(self, turn: Turn) -> None:
         """The bridge got the turn's prompt (:meth:`client_action`) and ends the turn
@@ -395,6 +565,15 @@ class AcpAgentRunner(Agent):
         The bridge is fed before the first ``await``: the connection starts one
         task per message in arrival order, so the bridge sees them in order.
         """
+        loading = params.get("sessionId") if isinstance(params, Mapping) else None
+        if isinstance(loading, str) and loading in self._loading:
+            if is_notification:
+                return None  # replayed by session/load: the host has this history already
+            if method == "session/request_permission":
+                return {"outcome": {"outcome": "cancelled"}}
+            if method == "elicitation/create":
+                return {"action": "cancel"}
+            raise RequestError.method_not_found(method)
         bridge = self._route(params)
         if is_notification:
             if bridge is None:
@@ -481,6 +660,34 @@ def _closes_sessions(initialize_result: object) -> bool:
         initialize_result, Mapping) else None
     sessions = caps.get("sessionCapabilities") if isinstance(caps, Mapping) else None
     return isinstance(sessions, Mapping) and isinstance(sessions.get("close"), Mapping)
+
+
+def _loads_sessions(initialize_result: object) -> bool:
+    """Whether ``initialize`` advertised ``agentCapabilities.loadSession: true``."""
+    caps = initialize_result.get("agentCapabilities") if isinstance(
+        initialize_result, Mapping) else None
+    return isinstance(caps, Mapping) and caps.get("loadSession") is True
+
+
+def _chat_of(host: Host, session: str, state: t.SessionState) -> str | None:
+    """The one chat of an ACP session: its default chat, else the first it has."""
+    if state.default_chat:
+        return state.default_chat
+    chats = [c.resource for c in state.chats] or list(host.chats_of(session))
+    return chats[0] if chats else None
+
+
+def _id_factory(taken: frozenset[str] = frozenset()) -> Callable[[str], str]:
+    """The bridge's ids (``acp-turn-1`` ...), skipping the turn ids a chat has already."""
+    counter = itertools.count(1)
+
+    def new_id(kind: str) -> str:
+        while True:
+            candidate = f"acp-{kind}-{next(counter)}"
+            if candidate not in taken:
+                return candidate
+
+    return new_id
 
 
 def _path(uri: str) -> str | None:

@@ -111,8 +111,12 @@ class Agent:
         starts in it, a chat is added ...): make it usable again.
 
         Called once per session and run, before the session's first turn
-        plays.  ``None``: it goes on (the demo needs nothing but the chat's
-        history, which the turn has).  A text: it cannot, and why; every turn
+        plays; :meth:`client_action` may be called for the session before
+        it returns (the action that made the layer resume it, say): an agent
+        that needs what this sets up holds those until then.
+
+        ``None``: it goes on (the demo needs nothing but the chat's history,
+        which the turn has).  A text: it cannot, and why; every turn
         started in it then ends at once with that error, while its history
         stays readable.  Raising says the same with the exception's text.
         The default: ``None``, unless the agent overrides

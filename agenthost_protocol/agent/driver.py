@@ -82,6 +82,7 @@ class AgentDriver:
         self._announced: dict[str, t.SessionSummary] = {}
         self._resuming: dict[str, asyncio.Task[str | None]] = {}
         """Stored sessions used again in this run -> the agent's resume_session."""
+        self._abandoned: set[asyncio.Task[str | None]] = set()
         self._confirmations: dict[tuple[str, str, str], asyncio.Future[bool]] = {}
         self._inputs: dict[tuple[str, str], asyncio.Future[t.ChatInputCompletedAction]] = {}
         self._turns = 0
@@ -116,7 +117,8 @@ class AgentDriver:
     def handle(self, event: Event) -> None:
         if isinstance(event, RequestReceived):
             channel = getattr(event.params, "channel", None)
-            if isinstance(channel, str):
+            if isinstance(channel, str) and event.method != "disposeSession":
+                # disposing a stored session needs no agent: nothing is resumed for it
                 self._adopt(channel)
             command = self._commands.get(event.method)
             if command is None:
@@ -549,6 +551,11 @@ class AgentDriver:
                           t.SessionState):
             event.responder.error(AhpErrorCode.SESSION_NOT_FOUND, f"no session {uri!r}")
             return
+        resuming = self._resuming.pop(uri, None)
+        if resuming is not None:
+            resuming.cancel()
+            self._abandoned.add(resuming)  # close waits for what it stops (a process)
+            resuming.add_done_callback(self._abandoned.discard)
         creating = self._creating.pop(uri, None)
         if creating is not None:  # the agent was still setting it up: it stops
             creating.cancel()
@@ -559,8 +566,10 @@ class AgentDriver:
         for chat in [c for c, owner in self._owner.items() if owner == uri]:
             del self._owner[chat]
             self._stop(chat)
+        listed = uri in self._announced or uri in self.host.listed_sessions()
         self.host.dispose_session(uri)
-        if self._announced.pop(uri, None) is not None:
+        self._announced.pop(uri, None)
+        if listed:
             self._count_sessions()
         event.responder.respond(None)
         self._hook(self.agent.session_disposed, uri)
@@ -622,7 +631,7 @@ class AgentDriver:
         """Cancel every turn (they stay as they are in the host's state) and wait."""
         self._closed = True
         tasks = [task for _, task in self._tasks.values()] + list(self._creating.values())
-        resuming = list(self._resuming.values())
+        resuming = [*self._resuming.values(), *self._abandoned]
         self._tasks.clear()
         self._creating.clear()
         self._resuming.clear()

@@ -29,15 +29,30 @@ before that, fails the session (``session/creationFailed``).  An agent that
 exits later ends its active turn with ``chat/error``.  Disposing a session,
 or :meth:`~PiAgentRunner.close`, stops its process, bounded: ``abort`` when
 a run goes on, stdin closed, then SIGTERM and SIGKILL to its whole group.
+
+What survives a restart of the host (a store): the history always (the
+host's); the conversation with the agent when pi keeps a session file (it
+does unless run with ``--no-session``).  The file ``get_state`` names goes
+into the session's ``_meta`` (``{"pi": {"sessionFile": ...}}``, kept up to
+date when pi moves to a new file); when a client uses a stored session
+again, :meth:`~PiAgentRunner.resume_session` spawns its process as
+``create_session`` does and sends ``switch_session`` with that file.  No
+file recorded, a file that is gone, or a switch that fails: the process is
+stopped, the history stays readable and every new turn ends with
+``chat/error`` ``NotResumable``; but a chat with no turn yet has nothing to
+lose (pi writes its file only once there is a reply): a new pi session
+serves it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Final
 from urllib.parse import unquote, urlparse
 
@@ -47,6 +62,7 @@ from .. import types as t
 from ..aio.server import HostServer
 from ..bridges.pi import PiBridge, PiDialect, PiOutput
 from ..bridges.pi_frames import encode_frame
+from ..channels import ChannelKind, channel_kind
 from ..host import Host
 from .base import Agent, AgentError, NewSession
 from .driver import AgentDriver
@@ -61,6 +77,12 @@ PI_PROVIDER: Final = "pi"
 """The default provider id of the pi agent in the root state."""
 
 _READ_CHUNK: Final = 64 * 1024
+
+META_KEY: Final = "pi"
+"""The key of a session's ``_meta`` that holds pi's ``sessionFile``."""
+
+_EARLY_LIMIT: Final = 1000
+"""Client actions kept for a stored session while it is being resumed."""
 
 
 def pi_agent_info(provider: str = PI_PROVIDER, dialect: PiDialect = PiDialect.PI,
@@ -113,6 +135,10 @@ class _PiProcess:
         """Set whenever the bridge's output was carried out (turns wait on it)."""
         self.tasks: list[asyncio.Task[None]] = []
         self.stopping: asyncio.Task[None] | None = None
+        self.live = False
+        """Its session is ready (created, or resumed): its session file is recorded."""
+        self.recorded: str | None = None
+        """The session file last written into the session's ``_meta``."""
 
 
 class PiAgentRunner(Agent):
@@ -122,7 +148,8 @@ class PiAgentRunner(Agent):
     :func:`pi_root_state`).  ``confirm_tools`` is the bridge's option;
     ``start_timeout`` bounds the wait for the agent's first answer;
     ``idle_tick`` is the quiet time before the bridge's tick; ``close_timeout``
-    bounds each step of stopping a process.
+    bounds each step of stopping a process; ``resume_timeout`` bounds the
+    answer to ``switch_session``.
     """
 
     manages_chats = True
@@ -138,6 +165,7 @@ class PiAgentRunner(Agent):
         start_timeout: float = 30.0,
         idle_tick: float = 0.5,
         close_timeout: float = 3.0,
+        resume_timeout: float = 30.0,
     ) -> None:
         self._server = server
         self._agent = agent
@@ -147,11 +175,17 @@ class PiAgentRunner(Agent):
         self._start_timeout = start_timeout
         self._idle_tick = idle_tick
         self._close_timeout = close_timeout
+        self._resume_timeout = resume_timeout
         self._agents: dict[str, _PiProcess] = {}
         """AHP session and chat URIs -> the agent."""
         self._ids = itertools.count(1)
         self._retiring: set[_PiProcess] = set()
         """Agents being stopped (disposed sessions among them): ``close`` waits for them."""
+        self._early: dict[str, list[tuple[str, t.StateAction]]] = {}
+        """Stored AHP session -> the client actions on it (or its chat) that came before
+        its resume was done: given to its bridge once it is."""
+        self._settled: set[str] = set()
+        """Stored AHP sessions whose resume is over (resumed or not)."""
         self._closing = False
         server.handler = AgentDriver(self, server.host, server.flush).handle
 
@@ -180,9 +214,42 @@ class PiAgentRunner(Agent):
         return ""  # the bridge titles the session (pi's session name)
 
     def client_action(self, channel: str, action: t.StateAction) -> None:
+        # a stored session's first action comes before its resume_session ran (the
+        # driver adopts it then), others while its process starts: kept for its bridge
+        session = self._resuming(channel)
+        if session is not None:
+            early = self._early.setdefault(session, [])
+            if len(early) < _EARLY_LIMIT:
+                early.append((channel, action))
+            else:
+                log.warning("pi: session %s: too many actions while it resumes; %s dropped",
+                            session, action.type)
+            return
         agent = self._agents.get(channel)
         if agent is not None:
             self._carry(agent, agent.bridge.receive_client_action(channel, action))
+
+    def _resuming(self, channel: str) -> str | None:
+        """The stored session of ``channel`` (it or its chat) if it may still be resumed."""
+        if self._closing:
+            return None
+        kind = channel_kind(channel)
+        if kind is ChannelKind.SESSION:
+            session: str | None = channel
+        elif kind is ChannelKind.CHAT:
+            session = self.host.owner_of(channel)
+        else:
+            return None
+        if session is None or session in self._settled or not self.host.has_channel(session):
+            return None
+        agent = self._agents.get(session)
+        if agent is not None and agent.live:
+            return None  # created in this run
+        state = self.host.state(session)
+        if (not isinstance(state, t.SessionState) or state.provider != self._provider
+                or state.lifecycle != t.SessionLifecycle.READY):
+            return None
+        return session
 
     async def turn(self, turn: Turn) -> None:
         """The bridge got the turn's prompt (:meth:`client_action`) and ends the turn
@@ -200,9 +267,16 @@ class PiAgentRunner(Agent):
             raise
 
     async def create_session(self, session: NewSession) -> None:
-        uri, chat = session.uri, session.chat
         directories = session.working_directories
         cwd = (_path(directories[0]) if directories else None) or self._agent.cwd
+        await self._spawn_session(session.uri, session.chat, cwd, session.active_client,
+                                  self._new_id())
+
+    async def _spawn_session(self, uri: str, chat: str, cwd: str | None,
+                             active_client: t.SessionActiveClient | None,
+                             new_id: Callable[[], str]) -> _PiProcess:
+        """Spawn the session's process and wait until it answers (registered for ``uri``
+        meanwhile, for ``chat`` too once it did); raises :class:`AgentError`."""
         env = {**os.environ, **self._agent.env} if self._agent.env else None
         try:
             group = await spawn_agent_process(
@@ -212,23 +286,16 @@ class PiAgentRunner(Agent):
         except OSError as e:
             raise AgentError(f"cannot start {self._agent.command}: {e}",
                              error_type="spawn") from e
-        bridge = PiBridge(session=uri, chat=chat, clock=self.host.now,
-                          new_id=lambda: f"pi-{next(self._ids)}", dialect=self._dialect,
-                          provider=self._provider, confirm_tools=self._confirm_tools)
-        agent = _PiProcess(bridge, group, session.active_client)
+        bridge = PiBridge(session=uri, chat=chat, clock=self.host.now, new_id=new_id,
+                          dialect=self._dialect, provider=self._provider,
+                          confirm_tools=self._confirm_tools)
+        agent = _PiProcess(bridge, group, active_client)
         self._agents[uri] = agent
         loop = asyncio.get_running_loop()
         agent.tasks = [loop.create_task(self._write(agent)), loop.create_task(self._read(agent))]
         try:
             self._carry(agent, bridge.start())
-            ready = asyncio.ensure_future(agent.ready.wait())
-            exited = asyncio.ensure_future(agent.exited.wait())
-            try:
-                await asyncio.wait({ready, exited}, timeout=self._start_timeout,
-                                   return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                ready.cancel()
-                exited.cancel()
+            await self._until(agent, lambda: bridge.ready, self._start_timeout)
             if not agent.ready.is_set():
                 raise AgentError("the agent did not answer" if not agent.exited.is_set()
                                  else f"the agent exited with status {agent.process.returncode}",
@@ -238,10 +305,133 @@ class PiAgentRunner(Agent):
             await asyncio.shield(self._retire(agent))
             raise
         self._agents[chat] = agent
+        return agent
+
+    async def _until(self, agent: _PiProcess, condition: Callable[[], bool],
+                     timeout: float) -> None:
+        """Wait until ``condition()`` holds after one of the bridge's outputs, the agent
+        exits, or ``timeout`` passes."""
+        async def wait() -> None:
+            while not condition() and not agent.exited.is_set():
+                agent.changed.clear()
+                await agent.changed.wait()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(wait(), timeout)
+
+    def _new_id(self, taken: frozenset[str] = frozenset()) -> Callable[[], str]:
+        """The bridge's ids (``pi-1`` ...: turns, input requests), skipping the turn ids
+        a stored chat has already."""
+        def new_id() -> str:
+            while True:
+                candidate = f"pi-{next(self._ids)}"
+                if candidate not in taken:
+                    return candidate
+        return new_id
+
+    async def resume_session(self, session: str, state: t.SessionState) -> str | None:
+        """A session of an earlier run is used again: its process spawned as
+        :meth:`create_session` does, then ``switch_session`` to the file pi kept it in.
+
+        ``None`` once pi switched; else the process is stopped and why it cannot
+        continue.  Never raises for what the agent does.
+        """
+        try:
+            return await self._resume(session, state)
+        finally:
+            self._settled.add(session)
+            self._early.pop(session, None)
+
+    async def _resume(self, session: str, state: t.SessionState) -> str | None:
+        kept = "this session's history is kept but it cannot continue"
+        if not self.host.has_channel(session):
+            return "the session was disposed"
+        chat = state.default_chat or next((c.resource for c in state.chats), None) or next(
+            iter(self.host.chats_of(session)), None)
+        if chat is None:
+            return f"this session has no chat: {kept}"
+        chat_state = self.host.state(chat) if self.host.has_channel(chat) else None
+        turns = chat_state.turns if isinstance(chat_state, t.ChatState) else ()
+        stored = state.meta.get(META_KEY) if state.meta is not None else None
+        recorded = stored.get("sessionFile") if isinstance(stored, Mapping) else None
+        directories = state.working_directories
+        cwd = (_path(directories[0]) if directories else None) or self._agent.cwd
+        path: str | None = None
+        if isinstance(recorded, str) and recorded:
+            full = Path(cwd or os.getcwd(), recorded)  # pi names it absolute; else from cwd
+            if full.is_file():
+                path = recorded if Path(recorded).is_absolute() else str(full)
+            elif turns:
+                return f"the session file {recorded} is gone: {kept}"
+        elif turns:
+            if "--no-session" in self._agent.args:
+                return (f"{self._agent.command} runs with --no-session: there is no session "
+                        f"file to resume this session from; {kept}")
+            return f"the agent reported no session file for this session: {kept}"
+        # path None: a chat without turns has nothing to lose (pi writes its file only
+        # once there is a reply): a new pi session serves it
+        if self._closing:
+            return f"the host is shutting down: {kept}"
+        try:
+            agent = await self._spawn_session(
+                session, chat, cwd, None, self._new_id(frozenset(turn.id for turn in turns)))
+        except AgentError as e:
+            return f"the agent did not start again ({e}): {kept}"
+        reason = "the session or the host went away while it was resumed"
+        try:
+            switched: tuple[bool, str] | None = (True, "")
+            if path is not None:
+                self._carry(agent, agent.bridge.switch_session(path))
+                await self._until(agent, lambda: agent.bridge.switched is not None,
+                                  self._resume_timeout)
+                switched = agent.bridge.switched
+                if switched is None or not switched[0]:
+                    why = (switched[1] if switched is not None
+                           else "the agent exited" if agent.exited.is_set()
+                           else f"no answer within {self._resume_timeout:g} s")
+                    reason = f"the agent could not switch to the session file {path} ({why})"
+                else:
+                    agent.recorded = path  # what the session's _meta says already
+            if (switched is not None and switched[0] and not self._closing
+                    and not agent.exited.is_set() and self.host.has_channel(session)):
+                agent.live = True
+                self._record(agent)  # a new session's file, if pi named one
+                for channel, action in self._early.pop(session, []):
+                    self._carry(agent, agent.bridge.receive_client_action(channel, action))
+                return None
+        except BaseException:  # cancelled (the host closes): the process goes too
+            await asyncio.shield(self._forget(agent))
+            raise
+        await self._forget(agent)
+        return f"{reason}: {kept}"
+
+    async def _forget(self, agent: _PiProcess) -> None:
+        """Unregister ``agent`` and stop its process."""
+        for uri in (agent.bridge.session, agent.bridge.chat):
+            if self._agents.get(uri) is agent:
+                del self._agents[uri]
+        await self._retire(agent)
+
+    def _record(self, agent: _PiProcess) -> None:
+        """``{"pi": {"sessionFile"}}`` into the session's ``_meta`` (the other keys kept),
+        when the file pi reported is not the one recorded."""
+        file = agent.bridge.session_file
+        uri = agent.bridge.session
+        if not agent.live or file is None or file == agent.recorded:
+            return
+        state = self.host.state(uri) if self.host.has_channel(uri) else None
+        if not isinstance(state, t.SessionState):
+            return
+        agent.recorded = file
+        meta = {**(state.meta or {}), META_KEY: {"sessionFile": file}}
+        self.driver.dispatch_session(uri, t.SessionMetaChangedAction(meta=meta))
 
     def session_created(self, session: str) -> None:
         agent = self._agents.get(session)
-        if agent is not None and agent.active_client is not None:
+        if agent is None:
+            return
+        agent.live = True
+        self._record(agent)  # what get_state said: the session file pi keeps it in
+        if agent.active_client is not None:
             self._carry(agent, agent.bridge.set_active_clients((agent.active_client,)))
 
     async def dispose_session(self, session: str) -> None:
@@ -261,6 +451,8 @@ class PiAgentRunner(Agent):
             self.driver.set_models(bridge.models)
         if bridge.ready:
             agent.ready.set()
+        if bridge.session_file != agent.recorded:
+            self._record(agent)  # pi moved to another file (new_session ...)
         agent.changed.set()
 
     # -- the processes -----------------------------------------------------------------------

@@ -393,7 +393,7 @@ async def serve_host(
             finally:
                 if store is not None:
                     # what the agent's end dispatched is written before the file closes
-                    server.host.commit()
+                    server.host.commit(retry=True)
                     store.close()
 
 

@@ -683,7 +683,10 @@ class AcpBridge:
     said.  ``content_store`` turns bytes into URIs (default:
     :func:`data_uri_store`); ``terminal_uri`` maps an ACP ``terminalId`` to
     the AHP terminal channel the host created for it (none by default: a
-    terminal is then shown as text).
+    terminal is then shown as text).  ``title`` and ``meta`` are the session's
+    title and ``_meta`` as the host holds them (a session loaded again after a
+    restart): ``session/metaChanged`` replaces the whole ``_meta``, so the
+    bridge keeps the keys it did not set.
 
     Every method returns the outputs to carry out, in order, and never
     raises for what the agent or a client sent.
@@ -702,6 +705,7 @@ class AcpBridge:
         content_store: ContentStore = data_uri_store,
         terminal_uri: Callable[[str], str | None] | None = None,
         title: str = "",
+        meta: Mapping[str, object] | None = None,
     ) -> None:
         self.acp_session_id = acp_session_id
         self.session = session
@@ -721,7 +725,7 @@ class AcpBridge:
         self._steering: tuple[str, t.Message] | None = None
         self._activity: str | None = None
         self._title = title
-        self._meta: dict[str, object] = {}
+        self._meta: dict[str, object] = dict(meta or {})
         self._config_keys = frozenset(self._setup.values())
         self._config: dict[str, object] = self._setup.values()
         # the ACP side
@@ -902,6 +906,20 @@ class AcpBridge:
                 self._chat_action(action)
             elif channel == self.session:
                 self._session_action(action)
+        return out
+
+    def set_meta(self, key: str, value: object, *,
+                 base: Mapping[str, object] | None = None) -> list[BridgeOutput]:
+        """The session's ``_meta`` with ``key`` set (``None``: removed), as the
+        ``session/metaChanged`` to dispatch (none if nothing changed).
+
+        ``base``: the ``_meta`` the host holds now; its keys the bridge does not
+        know are kept.  The runner records the agent's ``sessionId`` this way.
+        """
+        with self._collect() as out:
+            for known, old in (base or {}).items():
+                self._meta.setdefault(known, old)
+            self._set_meta(key, value)
         return out
 
     def start_turn(self, turn_id: str, message: t.Message) -> list[BridgeOutput]:

@@ -86,6 +86,7 @@ from .pi_frames import (
     SetSessionNameCommand,
     SetThinkingLevelCommand,
     SteerCommand,
+    SwitchSessionCommand,
 )
 
 __all__ = [
@@ -385,6 +386,10 @@ class PiBridge:
         self._models: tuple[t.SessionModelInfo, ...] = ()
         self._models_id: str | None = None
         # the agent side
+        self._session_file: str | None = None
+        self._switch_id: str | None = None
+        self._switch_path: str | None = None
+        self._switched: tuple[bool, str] | None = None
         self._ready = False
         self._version: str | None = None
         self._exited: str | None = None
@@ -438,6 +443,18 @@ class PiBridge:
         """Whether the agent is running, about to run, aborting, or retrying."""
         return bool(self._run_active or self._prompted or self._aborts or self._continuing
                     or self._deferred or self._retrying)
+
+    @property
+    def session_file(self) -> str | None:
+        """The file pi keeps the session in, as its last ``get_state`` said (``None``:
+        none, e.g. ``--no-session``); ``switch_session`` continues it in a new process."""
+        return self._session_file
+
+    @property
+    def switched(self) -> tuple[bool, str] | None:
+        """The answer to :meth:`switch_session`: ``(True, "")``, or ``(False, why)``;
+        ``None`` while none came."""
+        return self._switched
 
     def tool_status(self, tool_call_id: str) -> str | None:
         """The status of a tool call of the active turn as the bridge sees it (tests, logs)."""
@@ -509,6 +526,16 @@ class PiBridge:
         its output.
         """
         self._guard(self._abort_run)
+        return self._drain()
+
+    def switch_session(self, path: str) -> PiOutput:
+        """``switch_session`` to the session kept in ``path`` (a session of an earlier
+        process); :attr:`switched` tells how it went, then ``get_state`` follows."""
+        self._switch_id = self._next_id()
+        self._switch_path = path
+        self._switched = None
+        self._commands.append(SwitchSessionCommand(type="switch_session", id=self._switch_id,
+                                                   sessionPath=path))
         return self._drain()
 
     def _abort_run(self) -> None:
@@ -607,6 +634,16 @@ class PiBridge:
             self._models_id = None
             self._on_models(_obj(frame.get("data")) if success else None)
             return
+        if frame_id == self._switch_id:
+            self._switch_id = None
+            cancelled = (_obj(frame.get("data")) or {}).get("cancelled") is True
+            self._switched = (
+                (False, error) if not success
+                else (False, "the agent cancelled the switch") if cancelled else (True, ""))
+            if success and not cancelled:  # its name and file are the loaded session's
+                self._session_file = self._switch_path
+                self._commands.append(GetStateCommand(type="get_state", id=self._next_id()))
+            return
         turn_id = self._prompt_ids.get(frame_id)
         if turn_id is not None:
             if success:
@@ -624,9 +661,13 @@ class PiBridge:
             log.warning("pi: %s (%s) failed: %s", command, frame_id, error)
         elif command == "get_state":
             self._on_state(_obj(frame.get("data")) or {})
+        elif command in ("new_session", "fork", "branch"):
+            # pi goes on in a new session file: get_state names it
+            self._commands.append(GetStateCommand(type="get_state", id=self._next_id()))
 
     def _on_state(self, data: JsonObject) -> None:
         self._ready = True
+        self._note_file(data)
         name = _str(data.get("sessionName"))
         if name and name != self._title:
             self._title = name
@@ -651,7 +692,13 @@ class PiBridge:
             ))
         self._models = tuple(models)
 
+    def _note_file(self, data: JsonObject) -> None:
+        if "sessionFile" in data:
+            self._session_file = _str(data.get("sessionFile")) or None
+
     def _on_probe(self, data: JsonObject | None) -> None:
+        if data is not None:
+            self._note_file(data)
         turn = self._turn
         if (data is None or self._prompted is None or turn is None or turn.id != self._prompted
                 or self._run_active):

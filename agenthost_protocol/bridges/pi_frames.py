@@ -61,6 +61,7 @@ __all__ = [
     "SetSessionNameCommand",
     "SetThinkingLevelCommand",
     "SteerCommand",
+    "SwitchSessionCommand",
     "encode_frame",
 ]
 
@@ -149,6 +150,15 @@ class NewSessionCommand(TypedDict):
 
     type: Literal["new_session"]
     id: str
+
+
+class SwitchSessionCommand(TypedDict):
+    """``switch_session``: continue the session kept in file ``sessionPath`` (answered
+    ``{cancelled}``)."""
+
+    type: Literal["switch_session"]
+    id: str
+    sessionPath: str
 
 
 class ForkCommand(TypedDict):
@@ -265,6 +275,7 @@ PiCommand: TypeAlias = (
     | GetStateCommand
     | GetAvailableModelsCommand
     | NewSessionCommand
+    | SwitchSessionCommand
     | ForkCommand
     | BranchCommand
     | GetForkMessagesCommand

@@ -471,7 +471,7 @@ class Host:
         if self._journal or self._cut:
             self.commit()
 
-    def commit(self) -> bool:
+    def commit(self, *, retry: bool = False) -> bool:
         """Write what changed since the last commit to the store; ``True`` when it is stored.
 
         Without a store, or with nothing to write, does nothing.  Every
@@ -483,13 +483,17 @@ class Host:
         (states, ``serverSeq``, the replay buffer, the books), drops the
         data the batch queued, answers the batch's client actions with
         rejections and its state-changing requests with ``InternalError``,
-        and queues :class:`StoreFailed`.  Returns ``False`` then.
+        and queues :class:`StoreFailed`.  Returns ``False`` then.  Rejections
+        that could not be stored either were sent all the same; they are
+        written with the next batch of changes, or by ``commit(retry=True)``
+        (``serve`` does it when it stops): until then a crash could give
+        their ``serverSeq`` again.
         """
         if self._cut:
             self._interrupt()
         journal = self._journal
         store = self._store
-        if journal is None or store is None or not journal:
+        if journal is None or store is None or not (journal or (retry and journal.kept)):
             return True
         batch = self._batch(journal)
         try:

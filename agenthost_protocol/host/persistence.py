@@ -238,7 +238,9 @@ class Journal:
         self.undo: list[Callable[[], None]] = []
 
     def __bool__(self) -> bool:
-        return bool(self.kept or self.log or self.pre or self.added or self.removed or self.owners
+        # not the kept records alone: retrying them on every flush while the disk
+        # fails would spin; they go with the next batch of changes
+        return bool(self.log or self.pre or self.added or self.removed or self.owners
                     or self.new_sessions or self.clients or self.forgotten or self.content
                     or self.shared)
 

@@ -1,8 +1,12 @@
 """The sans-I/O host core: ``Host``, its connections, events and validation rules.
 
 See ``docs/host.md``.  The public names are those of ``__all__``; the
-modules (``core``, ``connection``, ``events``, ``replay``, ``validation``,
-``sessions``) hold them.
+modules hold them: ``core`` (the host: connections, sequencing, the
+protocol's commands), ``commands`` (the session, chat and terminal
+helpers), ``durable`` (what the host does with a store), ``store`` (the
+store interface, ``MemoryStore``), ``persistence`` (the channel table and
+the journal), ``connection``, ``events``, ``replay``, ``validation``,
+``sessions``, ``content``, ``limits``.
 """
 
 from __future__ import annotations

@@ -43,6 +43,7 @@ __all__ = [
     "ErrorData",
     "ErrorReceived",
     "Event",
+    "ProtocolNotificationParams",
     "Initialized",
     "Reconnected",
     "RequestReceived",
@@ -56,6 +57,19 @@ __all__ = [
 
 P = TypeVar("P")
 R = TypeVar("R")
+
+ProtocolNotificationParams: TypeAlias = (
+    t.SessionAddedParams
+    | t.SessionRemovedParams
+    | t.SessionSummaryChangedParams
+    | t.ProgressParams
+    | t.AuthRequiredParams
+    | t.OtlpExportLogsParams
+    | t.OtlpExportTracesParams
+    | t.OtlpExportMetricsParams
+)
+"""The params of the protocol notifications sent with
+:meth:`~agenthost_protocol.host.Host.notify`."""
 
 ClientRequestParams: TypeAlias = CommandParams
 """The params of every command the core leaves to the embedder."""

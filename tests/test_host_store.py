@@ -443,3 +443,18 @@ def test_memory_and_disk_agree_whatever_fails(steps: list[tuple[str, int, bool]]
         assert disk.server_seq == host.server_seq
         for channel in (ROOT, "ahp-session:/s0"):
             assert wire.dumps(client.confirmed(channel)) == wire.dumps(host.state(channel))
+
+
+def test_a_chat_nobody_watches_is_unloaded_once_idle_and_one_in_use_is_kept() -> None:
+    store, clock = MemoryStore(), Steps()
+    host = new_host(store, clock, unload_after_ms=10_000)
+    chats = [session(host, n)[1] for n in range(4)]
+    assert host.commit()
+    clock.now += 20_000
+    for i in range(70):  # the sweep comes every 64 commits; chats[0] stays in use
+        host.dispatch(chats[0], t.ChatActivityChangedAction(activity=f"a{i}"))
+        assert host.commit()
+    assert host._states.is_loaded(chats[0])
+    assert not any(host._states.is_loaded(chat) for chat in chats[1:])
+    state = host.state(chats[1])  # read again from the store when needed
+    assert isinstance(state, t.ChatState)

@@ -206,11 +206,13 @@ class Host(Commands, Durable):
         limits: HostLimits | None = None,
         store: HostStore | None = None,
         loaded_channels: int = 512,
+        unload_after_ms: int = 30_000,
     ) -> None:
         if remembered_clients < 0 or list_page_size < 1 or loaded_channels < 1:
             raise LocalProtocolError(
                 "remembered_clients >= 0, list_page_size >= 1 and loaded_channels >= 1 please")
         for name, value in (
+            ("unload_after_ms", unload_after_ms),
             ("remembered_clients_max_age_ms", remembered_clients_max_age_ms),
             ("active_client_grace_ms", active_client_grace_ms),
         ):
@@ -230,6 +232,9 @@ class Host(Commands, Durable):
         self._states[ROOT_CHANNEL] = root if root is not None else t.RootState(agents=())
         self._journal: Journal | None = None
         self._loaded_cap = loaded_channels
+        self._unload_after = unload_after_ms
+        self._used: dict[str, int] = {}
+        self._commits = 0
         self._log_bytes: dict[str, int] = {}
         """Per stored channel: log bytes since its last snapshot (when to take the next)."""
         self._snap_bytes: dict[str, int] = {}

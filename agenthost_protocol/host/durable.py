@@ -51,6 +51,10 @@ the snapshot: loading replays at most that much, and encoding snapshots costs at
 half what encoding the log did."""
 
 
+_SWEEP_EVERY: Final = 64
+"""Commits between two looks for idle channels to unload."""
+
+
 def _json_bytes(obj: object) -> bytes:
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
@@ -79,6 +83,10 @@ class Durable:
     _grace: int | None
     _clock: Callable[[], int]
     _loaded_cap: int
+    _unload_after: int
+    _used: dict[str, int]
+    """Stored channel to when it was last loaded or changed (host clock)."""
+    _commits: int
     content: ContentStore
 
     if TYPE_CHECKING:
@@ -141,6 +149,7 @@ class Durable:
     def _load(self, uri: str) -> t.SnapshotState | None:
         assert self._store is not None
         state, snap, replayed = load_channel(self._store, uri)
+        self._used[uri] = self._clock()
         self._snap_bytes[uri] = snap
         self._log_bytes[uri] = replayed
         self._subscribers.setdefault(uri, {})
@@ -275,9 +284,11 @@ class Durable:
         snapshots = []
         touched = dict.fromkeys([*journal.added, *journal.pre])
         sessions_touched: dict[str, None] = {}
+        now = self._clock()
         for uri in touched:
             if uri in journal.removed or not self._states.is_loaded(uri):
                 continue
+            self._used[uri] = now
             state = self._states.get(uri)
             if not is_persisted(uri, state):
                 continue
@@ -391,16 +402,22 @@ class Durable:
                 self._journal = Journal(self._seq)
 
     def _evict(self) -> None:
-        """Unload the stored channels nobody is subscribed to, oldest loaded first,
-        down to ``loaded_channels`` in memory."""
+        """Unload the stored channels nobody is subscribed to: those idle for
+        ``unload_after_ms`` (looked for every ``_SWEEP_EVERY`` commits), and the
+        oldest loaded beyond ``loaded_channels``, idle or not."""
+        self._commits += 1
         excess = self._states.loaded_count - self._loaded_cap
-        if excess <= 0:
+        sweep = self._commits % _SWEEP_EVERY == 0
+        if excess <= 0 and not sweep:
             return
+        idle_since = self._clock() - self._unload_after
         for uri in self._states.loaded:
-            if excess <= 0:
+            if excess <= 0 and not sweep:
                 return
             if uri == ROOT_CHANNEL or self._subscribers.get(uri):
                 continue
+            if excess <= 0 and self._used.get(uri, 0) > idle_since:
+                continue  # in use (an agent writing to it unwatched): kept while it is
             state = self._states.get(uri)
             if not is_persisted(uri, state) or (
                 isinstance(state, t.SessionState) and state.active_clients
@@ -408,7 +425,7 @@ class Durable:
                 continue
             self._states.unload(uri)
             self._subscribers.pop(uri, None)
-            for table in (self._log_bytes, self._snap_bytes, self._written):
+            for table in (self._log_bytes, self._snap_bytes, self._written, self._used):
                 table.pop(uri, None)
             excess -= 1
 

@@ -508,13 +508,17 @@ class HostServer:
         host = self._host
         if not host.uncommitted or self._closing:
             return True
-        now = asyncio.get_running_loop().time()
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return True  # no loop, no timer: at once
+        now = loop.time()
         due = self._last_commit + self.commit_interval
         if now >= due:
             self._last_commit = now
             return True
         if self._commit_timer is None:
-            self._commit_timer = asyncio.get_running_loop().call_at(due, self._commit_later)
+            self._commit_timer = loop.call_at(due, self._commit_later)
         return False
 
     def _commit_later(self) -> None:

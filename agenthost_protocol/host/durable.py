@@ -145,6 +145,7 @@ class Durable:
             self.dispatch(ROOT_CHANNEL, t.RootTerminalsChangedAction(
                 terminals=given.terminals or ()))
         self._states[ROOT_CHANNEL] = given
+        self._journal.added[ROOT_CHANNEL] = None  # stored as given, what no action says too
 
     def _load(self, uri: str) -> t.SnapshotState | None:
         assert self._store is not None

@@ -307,3 +307,44 @@ def test_a_failing_disk_refuses_over_a_socket_and_the_host_goes_on() -> None:
             assert isinstance(await alice.request("ping", t.PingParams()), ResponseReceived)
 
     run(main(), timeout=60)
+
+
+def test_a_stream_is_committed_in_groups_and_nothing_goes_out_unstored() -> None:
+    from agenthost_protocol.host import MemoryStore
+    from agenthost_protocol.host.store import Batch
+
+    from ._aio_hosts import demo_host
+
+    class Counting(MemoryStore):
+        def __init__(self) -> None:
+            super().__init__()
+            self.sizes: list[int] = []
+
+        def commit(self, batch: Batch) -> None:
+            super().commit(batch)
+            self.sizes.append(len(batch.log))
+
+    async def main() -> None:
+        store = Counting()
+        async with demo_host(store=store, step_delay=0.0) as demo:
+            alice, _ = await ws_peer(demo.url, "alice")
+            recv = alice._recv
+
+            async def checked() -> bytes | str:
+                data = await recv()
+                message = json.loads(data)
+                if message.get("method") == "action":
+                    assert message["params"]["serverSeq"] in store.log  # stored before sent
+                return data
+
+            alice._recv = checked
+            await alice.initialize([ROOT])
+            await create(alice, 0)
+            _, chat = session_uri(0)
+            await alice.dispatch(chat, turn_started("t1", WORDS[:2000]))
+            await alice.until_state(chat, pending_call)
+        sizes = store.sizes
+        assert sum(sizes) == store.server_seq
+        assert len(sizes) < sum(sizes)  # grouped: fewer commits than envelopes
+
+    run(main(), timeout=60)

@@ -24,7 +24,7 @@ from agenthost_protocol.client import (
     RequestFailed,
 )
 from agenthost_protocol.host import Host, RequestReceived, StoreFailed
-from agenthost_protocol.host.store import HostStore, MemoryStore
+from agenthost_protocol.host.store import ChannelRecord, HostStore, MemoryStore
 from agenthost_protocol.methods import CREATE_CHAT
 from agenthost_protocol.sqlite_store import SQLiteStore
 from agenthost_protocol.testing.network import Link, Network
@@ -458,3 +458,25 @@ def test_a_chat_nobody_watches_is_unloaded_once_idle_and_one_in_use_is_kept() ->
     assert not any(host._states.is_loaded(chat) for chat in chats[1:])
     state = host.state(chats[1])  # read again from the store when needed
     assert isinstance(state, t.ChatState)
+
+
+def test_a_corrupt_stored_channel_reads_as_absent_and_breaks_nothing_else() -> None:
+    store, clock = MemoryStore(), Steps()
+    host = new_host(store, clock)
+    uri, chat = session(host, 0)
+    assert host.commit()
+    record = store.channels[chat]
+    store.channels[chat] = ChannelRecord(uri=chat, state=b'{"resource": 12', seq=record.seq)
+    restarted = new_host(store, clock)
+    net = Network(restarted)
+    client = ClientConnection("a", clock=clock)
+    link = net.connect(client)
+    link.send(client.initialize(initial_subscriptions=(ROOT, uri)))
+    net.run_until_quiet()
+    link.send(client.subscribe(chat))
+    net.run_until_quiet()
+    failed = [e for e in link.take_events() if isinstance(e, RequestFailed)]
+    assert failed and failed[0].error is not None and failed[0].error.code == -32008
+    assert any(isinstance(e, StoreFailed) and chat in e.message for e in restarted.events())
+    assert isinstance(client.confirmed(uri), t.SessionState)  # the rest is served
+    assert not restarted.has_channel(chat)

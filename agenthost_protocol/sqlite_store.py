@@ -40,6 +40,18 @@ a :class:`StoreError` whose message is one line naming the file.
 
 Reading a store from an older schema runs the missing :data:`MIGRATIONS`,
 all in one transaction, at open.
+
+The log (schema 2).  A host streaming an agent's output commits some
+hundred envelopes at a time, nearly all on one channel: a table row, and
+an index entry, per envelope would cost more than the rest of the host.  So
+a row of ``log`` holds a run of one channel's records: one row per channel
+a commit logged to, packed (see :func:`_pack`), keyed by its smallest seq
+(``first``) and carrying its largest (``last``).  Rows of different
+channels interleave in seq (a batch of seq 10 on ``a``, 11 on ``s``, 12 on
+``a`` writes rows {10, 12} and {11}); rows of one channel never overlap, so
+a channel's log is its rows in ``last`` order; and no row spans more than
+``log_span`` seqs (``meta``), so the rows that hold the records after any
+seq start at most that far before it.
 """
 
 from __future__ import annotations
@@ -51,7 +63,7 @@ import stat
 import struct
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -73,7 +85,7 @@ APPLICATION_ID = 0x41485031
 """``PRAGMA application_id`` of every store ("AHP1"): how a store tells its own
 files from other SQLite files (``file(1)`` reads it too)."""
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """``PRAGMA user_version`` of a store this version writes; it reads any up to it."""
 
 _LIBRARY = "agenthost-protocol"
@@ -88,6 +100,10 @@ _SYNCHRONOUS = ("NORMAL", "FULL", "EXTRA")
 _OPENING = threading.Lock()
 _HELD: set[tuple[int, int]] = set()
 """The files (device, inode) this process' open stores hold: see _check_file."""
+_LOG_SPAN = 1024
+"""The most a log row written now may span (``last - first``); a store keeps the value
+it was created with in ``meta`` (``log_span``), as readers rely on it."""
+_MIN_INT = -(2**63)
 _TABLES = frozenset(
     {"meta", "log", "channels", "sessions", "owners", "clients", "content", "content_owners"}
 )
@@ -130,7 +146,136 @@ def _create_schema_1(db: sqlite3.Connection) -> None:
         db.execute(statement)
 
 
-MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_create_schema_1,)
+# A log row's ``data``: the number of its records (uint32), their headers (_RECORD),
+# then their bodies, in seq order.  A header is little-endian seq (int64), ms (int64),
+# length of only_to (int32; -1: None), length of data (uint32): 24 bytes; a body is
+# its only_to (UTF-8; nothing when None) then its data.  The headers read in one call
+# (iter_unpack), and a row cut at a record is three slices (see _cut).
+_COUNT = struct.Struct("<I")
+_RECORD = struct.Struct("<qqiI")
+
+
+def _pack(channel: str, records: Sequence[LogRecord]) -> tuple[int, int, str, bytes]:
+    """One log row (first, last, channel, data) of ``records``: one channel's, in
+    increasing seq order."""
+    heads = [_COUNT.pack(len(records))]
+    bodies: list[bytes] = []
+    head = heads.append
+    body = bodies.append
+    pack = _RECORD.pack
+    for record in records:
+        data = record.data
+        only_to = record.only_to
+        if only_to is None:
+            head(pack(record.seq, record.ms, -1, len(data)))
+        else:
+            to = only_to.encode()
+            head(pack(record.seq, record.ms, len(to), len(data)))
+            body(to)
+        body(data)
+    heads += bodies
+    return records[0].seq, records[-1].seq, channel, b"".join(heads)
+
+
+def _heads(data: bytes) -> tuple[int, Iterator[tuple[Any, ...]]]:
+    """Where a row's bodies start, and an iterator over its headers."""
+    (count,) = _COUNT.unpack_from(data)
+    start = _COUNT.size + count * _RECORD.size
+    if start > len(data):
+        raise ValueError("a log row shorter than its headers")
+    return start, _RECORD.iter_unpack(memoryview(data)[_COUNT.size:start])
+
+
+def _unpack(channel: str, data: bytes, after: int, upto: int | None,
+            out: list[LogRecord]) -> None:
+    """Append to ``out`` the records of a row (``data``) with ``after < seq <= upto``."""
+    pos, heads = _heads(data)
+    append = out.append
+    for seq, ms, n_to, n_data in heads:
+        if upto is not None and seq > upto:
+            return
+        if n_to < 0:
+            end = pos + n_data
+            if seq > after:
+                append(LogRecord(seq=seq, channel=channel, data=data[pos:end], ms=ms))
+        else:
+            to = pos + n_to
+            end = to + n_data
+            if seq > after:
+                append(LogRecord(seq=seq, channel=channel, data=data[to:end],
+                                 only_to=str(data[pos:to], "utf-8"), ms=ms))
+        pos = end
+    if pos != len(data):
+        raise ValueError("a log row's records do not fill it")
+
+
+def _cut(data: bytes, upto: int) -> tuple[int, bytes]:
+    """A row without its records at or below ``upto`` (it holds one after): the seq of
+    its first record then, and its data."""
+    start, heads = _heads(data)
+    count = (start - _COUNT.size) // _RECORD.size
+    pos = start  # where the body of record i starts
+    for i, (seq, _, n_to, n_data) in enumerate(heads):
+        if seq > upto:
+            view = memoryview(data)
+            return seq, b"".join((_COUNT.pack(count - i),
+                                  view[_COUNT.size + i * _RECORD.size:start], view[pos:]))
+        pos += max(n_to, 0) + n_data
+    raise ValueError("a log row holds nothing after the cut")
+
+
+def _pack_rows(records: Sequence[LogRecord], span: int) -> list[tuple[int, int, str, bytes]]:
+    """The log rows of ``records`` (increasing seq, each seq once): a row per channel,
+    more where a channel's records span more than ``span`` seqs."""
+    groups: dict[str, list[LogRecord]] = {}
+    for record in records:
+        group = groups.get(record.channel)
+        if group is None:
+            groups[record.channel] = [record]
+        else:
+            group.append(record)
+    rows = []
+    for channel, group in groups.items():
+        if group[-1].seq - group[0].seq <= span:
+            rows.append(_pack(channel, group))
+            continue
+        start = 0
+        for i, record in enumerate(group):
+            if record.seq - group[start].seq > span:
+                rows.append(_pack(channel, group[start:i]))
+                start = i
+        rows.append(_pack(channel, group[start:]))
+    return rows
+
+
+_INSERT_ROW = "INSERT INTO log(first, last, channel, data) VALUES (?, ?, ?, ?)"
+
+
+def _migrate_1_to_2(db: sqlite3.Connection) -> None:
+    # a row per record becomes a row per run of records: the records in seq order, a
+    # thousand at a time, packed as a commit of them would be (rows of one channel in
+    # different thousands do not overlap: the thousands do not)
+    db.execute("DROP INDEX log_by_channel")  # its name is the new table's
+    db.execute("ALTER TABLE log RENAME TO log_1")
+    db.execute("CREATE TABLE log(first INTEGER PRIMARY KEY, last INTEGER NOT NULL,"
+               " channel TEXT NOT NULL, data BLOB NOT NULL)")
+    db.execute("CREATE INDEX log_by_channel ON log(channel, last)")
+    db.execute("INSERT INTO meta(key, value) VALUES ('log_span', ?)", (str(_LOG_SPAN),))
+    cursor = db.execute("SELECT seq, channel, only_to, ms, data FROM log_1 ORDER BY seq")
+    try:
+        while True:
+            chunk = cursor.fetchmany(1000)
+            if not chunk:
+                break
+            records = [LogRecord(seq=seq, channel=channel, data=bytes(data), only_to=only_to,
+                                 ms=ms) for seq, channel, only_to, ms, data in chunk]
+            db.executemany(_INSERT_ROW, _pack_rows(records, _LOG_SPAN))
+    finally:
+        cursor.close()
+    db.execute("DROP TABLE log_1")
+
+
+MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_create_schema_1, _migrate_1_to_2)
 """``MIGRATIONS[i]`` takes a store from schema ``i`` to ``i + 1`` (0: a new file)."""
 
 
@@ -185,7 +330,6 @@ def _is_corrupt(exc: sqlite3.Error) -> bool:
 
 # --- the store ------------------------------------------------------------------------
 
-_INSERT_LOG = "INSERT OR REPLACE INTO log(seq, channel, only_to, ms, data) VALUES (?, ?, ?, ?, ?)"
 _UPSERT_CHANNEL = (
     "INSERT INTO channels(uri, seq, state) VALUES (?, ?, ?)"
     " ON CONFLICT(uri) DO UPDATE SET seq = excluded.seq, state = excluded.state"
@@ -225,10 +369,26 @@ _RELEASE_CONTENT = (
     " WHERE o.uri = content.uri AND o.channel <> ?1)"
 )
 _REMOVE_CONTENT_OWNER = "DELETE FROM content_owners WHERE channel = ?"
+# MemoryStore drops a record at or below the floor whose channel has no snapshot or
+# a snapshot at or after it: a row goes whole when its last record may go; a row whose
+# first records may go, and not its last, is cut (_COMPACT_CUT finds them once the
+# whole ones are gone; there are few: a row at the floor, a row at a snapshot)
 _COMPACT = (
-    "DELETE FROM log WHERE seq <= ? AND NOT EXISTS"
-    " (SELECT 1 FROM channels c WHERE c.uri = log.channel AND c.seq < log.seq)"
+    "DELETE FROM log WHERE first <= ?1 AND last <= ?1 AND NOT EXISTS"
+    " (SELECT 1 FROM channels c WHERE c.uri = log.channel AND c.seq < log.last)"
 )
+_COMPACT_CUT = (
+    "SELECT log.first, log.data, c.seq FROM log LEFT JOIN channels c ON c.uri = log.channel"
+    " WHERE log.first <= ?1 AND (c.seq IS NULL OR log.first <= c.seq)"
+)
+_CUT = "UPDATE log SET first = ?, data = ? WHERE first = ?"
+_LOG_ROWS_AFTER = (
+    "SELECT first, channel, data FROM log WHERE first >= ? AND last >= ? ORDER BY first"
+)
+_LOG_ROWS_IN = (
+    "SELECT first, channel, data FROM log WHERE first >= ? AND first <= ? AND last >= ?"
+)
+_DELETE_ROW = "DELETE FROM log WHERE first = ?"
 _SET_SERVER_SEQ = "UPDATE meta SET value = ? WHERE key = 'server_seq'"
 _PROBES = tuple(
     [f"SELECT * FROM {table} LIMIT 1" for table in sorted(_TABLES)]
@@ -248,7 +408,7 @@ class SQLiteStore:
 
     compact_every: int = 1000
     """Drop compactable log records once ``log_floor`` has risen this much since the
-    last compaction: the scan is over every record below the floor still held (the
+    last compaction: the scan is over every log row below the floor still held (the
     tails of channels whose snapshot is older), so not on every commit.  ``0``
     compacts on every commit, as :class:`MemoryStore` does (the tests' setting)."""
 
@@ -269,6 +429,10 @@ class SQLiteStore:
         self._server_seq = 0
         self._floor = 0
         self._compacted = 0
+        self._span = _LOG_SPAN
+        self._top: int | None = None
+        """The largest seq the log holds, or more (None: it holds none): a batch after
+        it only appends rows."""
         self.previous_ahp_version: str | None = None
         """The AHP version the file recorded before this open (``None``: a new store)."""
         self._held: tuple[int, int] | None = None
@@ -428,6 +592,13 @@ class SQLiteStore:
                     self._server_seq = int(meta.get("server_seq") or 0)
                 except ValueError as exc:
                     raise self._corrupt(f"server_seq {meta.get('server_seq')!r}") from exc
+                try:
+                    self._span = int(meta.get("log_span") or "")
+                except ValueError as exc:
+                    raise self._corrupt(f"log_span {meta.get('log_span')!r}") from exc
+                if self._span < 0:
+                    raise self._corrupt(f"log_span {self._span}")
+                self._top = self._log_top(db)
                 self.previous_ahp_version = meta.get("ahp_version")
                 if self.previous_ahp_version != ahp_version:
                     db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('ahp_version', ?)",
@@ -440,6 +611,16 @@ class SQLiteStore:
             if _is_busy(exc):
                 raise StoreError(self._line_is("in use by another process")) from exc
             raise self._error(exc) from exc
+
+    def _log_top(self, db: sqlite3.Connection) -> int | None:
+        (first,) = db.execute("SELECT max(first) FROM log").fetchone()
+        if first is None:
+            return None
+        # the row with the largest last starts within log_span of it, so after
+        # max(first) - log_span: an index lookup and a few rows, however long the log
+        (top,) = db.execute("SELECT max(last) FROM log WHERE first >= ?",
+                            (max(first - self._span, _MIN_INT),)).fetchone()
+        return int(top)
 
     def _siblings(self) -> dict[str, bool]:
         return {suffix: os.path.exists(self._name + suffix)
@@ -554,25 +735,50 @@ class SQLiteStore:
             if row is None:
                 return None
             seq, state = row
-            tail = db.execute(
-                "SELECT seq, only_to, ms, data FROM log WHERE channel = ? AND seq > ?"
-                " ORDER BY seq", (uri, seq)).fetchall()
+            # a channel's rows do not overlap: in last order, their records are in order
+            rows = db.execute(
+                "SELECT data FROM log WHERE channel = ? AND last > ? ORDER BY last",
+                (uri, seq)).fetchall()
+            tail: list[LogRecord] = []
+            for (data,) in rows:
+                _unpack(uri, data, seq, None, tail)
         except UnicodeEncodeError:
             return None  # a name SQLite cannot hold was never stored
         except sqlite3.Error as exc:
             raise self._error(exc) from exc
-        return (ChannelRecord(uri=uri, state=state, seq=seq),
-                tuple(LogRecord(seq=s, channel=uri, data=data, only_to=only_to, ms=ms)
-                      for s, only_to, ms, data in tail))
+        except (struct.error, ValueError, TypeError) as exc:
+            raise self._corrupt(f"a log row of {uri}: {exc}") from exc
+        return ChannelRecord(uri=uri, state=state, seq=seq), tuple(tail)
 
     def log_after(self, seq: int, limit: int) -> tuple[LogRecord, ...]:
         if limit <= 0 or seq >= _MAX_INT:
             return ()
-        rows = self._read(
-            "SELECT seq, channel, only_to, ms, data FROM log WHERE seq > ? ORDER BY seq LIMIT ?",
-            (max(seq, -_MAX_INT), min(limit, _MAX_INT)))
-        return tuple(LogRecord(seq=s, channel=channel, data=data, only_to=only_to, ms=ms)
-                     for s, channel, only_to, ms, data in rows)
+        after = max(seq + 1, _MIN_INT)  # the smallest seq wanted, as SQLite holds it
+        db = self._conn()
+        found: list[LogRecord] = []
+        upto: int | None = None  # once ``limit`` are found: the seq of the limit-th
+        try:
+            # the rows holding records after ``seq`` start at most log_span before it;
+            # in first order, the rows of different channels interleave: once a row
+            # starts after the limit-th record found, no later row holds one before it
+            cursor = db.execute(_LOG_ROWS_AFTER, (max(after - self._span, _MIN_INT), after))
+            try:
+                for first, channel, data in cursor:
+                    if upto is not None and first > upto:
+                        break
+                    _unpack(channel, data, seq, upto, found)
+                    if len(found) >= limit:
+                        found.sort(key=_by_seq)
+                        del found[limit:]
+                        upto = found[-1].seq
+            finally:
+                cursor.close()
+        except sqlite3.Error as exc:
+            raise self._error(exc) from exc
+        except (struct.error, ValueError, TypeError) as exc:
+            raise self._corrupt(f"a log row: {exc}") from exc
+        found.sort(key=_by_seq)
+        return tuple(found)
 
     def summaries(self, uris: Sequence[str]) -> dict[str, bytes]:
         db = self._conn()
@@ -607,11 +813,14 @@ class SQLiteStore:
         floor = batch.log_floor
         compact = self.compact_every <= 0 or floor - self._compacted >= self.compact_every
         server_seq = max(self._server_seq, batch.server_seq)
+        top = self._top
         try:
             db.execute("BEGIN")
+            if batch.log:
+                top = self._write_log(db, batch.log)
             self._write(db, batch)
             if compact:
-                db.execute(_COMPACT, (floor,))
+                self._compact(db, floor)
             if server_seq != self._server_seq:
                 db.execute(_SET_SERVER_SEQ, (server_seq,))
             db.execute("COMMIT")
@@ -619,20 +828,50 @@ class SQLiteStore:
             self._rollback(db)
             if isinstance(exc, sqlite3.Error):
                 raise self._error(exc) from exc
-            if isinstance(exc, (OverflowError, UnicodeEncodeError)):
+            if isinstance(exc, (OverflowError, UnicodeEncodeError, struct.error)):
                 raise StoreError(self._line(f"cannot store this batch ({exc})")) from exc
             raise
+        self._top = top
         self._server_seq = server_seq
         self._floor = max(self._floor, floor)
         if compact:
             self._compacted = floor
 
+    def _write_log(self, db: sqlite3.Connection, log: Sequence[LogRecord]) -> int:
+        """Write ``log`` as rows; the largest seq the log then holds (or more)."""
+        records = log
+        last = _MIN_INT - 1
+        for record in log:
+            if record.seq <= last:  # out of order, or a seq twice: the last one wins
+                records = sorted({r.seq: r for r in log}.values(), key=_by_seq)
+                break
+            last = record.seq
+        lo, hi = records[0].seq, records[-1].seq
+        if self._top is not None and lo <= self._top:
+            # not after all the log holds (never so from a host): the records may replace
+            # some, or fall between a channel's rows, which must not overlap; so the rows
+            # the batch reaches into are read and written again with it
+            held: dict[int, LogRecord] = {}
+            gone = []
+            rows = db.execute(_LOG_ROWS_IN, (max(lo - self._span, _MIN_INT), hi, lo)).fetchall()
+            for first, channel, data in rows:
+                found: list[LogRecord] = []
+                try:
+                    _unpack(channel, data, _MIN_INT - 1, None, found)
+                except (struct.error, ValueError) as exc:
+                    raise self._corrupt(f"the log row at {first}: {exc}") from exc
+                held.update((r.seq, r) for r in found)
+                gone.append((first,))
+            held.update((r.seq, r) for r in records)
+            records = sorted(held.values(), key=_by_seq)
+            db.executemany(_DELETE_ROW, gone)
+        db.executemany(_INSERT_ROW, _pack_rows(records, self._span))
+        return hi if self._top is None else max(self._top, hi)
+
     @staticmethod
     def _write(db: sqlite3.Connection, batch: Batch) -> None:
-        # MemoryStore's order: later parts of a batch see the earlier ones
-        if batch.log:
-            db.executemany(_INSERT_LOG, [(r.seq, r.channel, r.only_to, r.ms, r.data)
-                                         for r in batch.log])
+        # MemoryStore's order: later parts of a batch see the earlier ones (the log is
+        # written first, by _write_log)
         if batch.snapshots:
             db.executemany(_UPSERT_CHANNEL, [(s.uri, s.seq, s.state) for s in batch.snapshots])
         if batch.owners:
@@ -675,12 +914,27 @@ class SQLiteStore:
         db = self._conn()
         try:
             db.execute("BEGIN")
-            db.execute(_COMPACT, (self._floor,))
+            self._compact(db, self._floor)
             db.execute("COMMIT")
-        except sqlite3.Error as exc:
+        except BaseException as exc:
             self._rollback(db)
-            raise self._error(exc) from exc
+            if isinstance(exc, sqlite3.Error):
+                raise self._error(exc) from exc
+            raise
         self._compacted = self._floor
+
+    def _compact(self, db: sqlite3.Connection, floor: int) -> None:
+        floor = max(min(floor, _MAX_INT), _MIN_INT)  # as SQLite can hold it: the same here
+        db.execute(_COMPACT, (floor,))
+        cuts = []
+        for first, data, snapshot in db.execute(_COMPACT_CUT, (floor,)).fetchall():
+            try:
+                seq, rest = _cut(data, floor if snapshot is None else min(floor, snapshot))
+            except (struct.error, ValueError) as exc:
+                raise self._corrupt(f"the log row at {first}: {exc}") from exc
+            cuts.append((seq, rest, first))
+        if cuts:
+            db.executemany(_CUT, cuts)
 
     # -- closing ----------------------------------------------------------------------
 
@@ -712,6 +966,10 @@ class SQLiteStore:
     def __repr__(self) -> str:
         state = "closed" if self._db is None else "open"
         return f"<SQLiteStore {self._name!r} ({state})>"
+
+
+def _by_seq(record: LogRecord) -> int:
+    return record.seq
 
 
 def _encodable(text: str) -> bool:

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -310,32 +311,323 @@ def observe(store: HostStore) -> tuple[object, ...]:
         {uri: store.load_channel(uri) for uri in NAMES},
         store.log_after(0, 1000),
         store.log_after(10, 3),
+        # small pages across rows of interleaved channels
+        [store.log_after(seq, limit) for seq in (-1, 4, 17, 29) for limit in (1, 2, 5)],
         store.summaries([*NAMES, "nobody"]),
         {uri: store.content(uri) for uri in BLOBS},
     )
+
+
+def check_rows(store: SQLiteStore) -> None:
+    """The log's rows as schema 2 has them: ``first``/``last`` the smallest/largest seq
+    of the records packed in ``data`` (in order, all of its channel), no row longer than
+    the file's ``log_span``, a channel's rows not overlapping."""
+    db = db_of(store)
+    span = int(db.execute("SELECT value FROM meta WHERE key = 'log_span'").fetchone()[0])
+    ends: dict[str, int] = {}
+    for first, last, channel, data in db.execute(
+            "SELECT first, last, channel, data FROM log ORDER BY first"):
+        records: list[LogRecord] = []
+        sqlite_store._unpack(channel, data, -(2**64), None, records)
+        seqs = [r.seq for r in records]
+        assert seqs == sorted(set(seqs)) and seqs[0] == first and seqs[-1] == last
+        assert last - first <= span
+        assert ends.get(channel, -(2**64)) < first
+        ends[channel] = last
+
+
+def host_like(batches: list[Batch], top: int = 0) -> list[Batch]:
+    """The batches with their records renumbered as a host numbers them: increasing
+    across the batches, with gaps (the channels, data and everything else as drawn)."""
+    out = []
+    for batch in batches:
+        renumbered = []
+        for record in batch.log:
+            top += 1 + record.seq % 3
+            renumbered.append(LogRecord(seq=top, channel=record.channel, data=record.data,
+                                        only_to=record.only_to, ms=record.ms))
+        out.append(attrs.evolve(batch, log=tuple(renumbered)))
+    return out
+
+
+def same_as_memory(before: list[Batch], after: list[Batch], span: int | None = None) -> None:
+    """Apply the batches to a MemoryStore and to a SQLiteStore (whose rows span at most
+    ``span`` seqs) and compare all that can be observed, before and after a reopen."""
+    model = MemoryStore()
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "store.sqlite3"
+        default = sqlite_store._LOG_SPAN
+        sqlite_store._LOG_SPAN = default if span is None else span
+        try:
+            store = open_sqlite(path)
+        finally:
+            sqlite_store._LOG_SPAN = default
+        try:
+            for batch in before:
+                model.commit(batch)
+                store.commit(batch)
+                assert observe(store) == observe(model)
+            check_rows(store)
+        finally:
+            store.close()
+        with open_sqlite(path) as reopened:  # the file's log_span holds, not the default
+            assert observe(reopened) == observe(model)
+            for batch in after:
+                model.commit(batch)
+                reopened.commit(batch)
+                assert observe(reopened) == observe(model)
+            check_rows(reopened)
 
 
 @settings(max_examples=EXAMPLES, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(st.lists(batches, min_size=1, max_size=6), st.lists(batches, max_size=2))
 def test_sqlite_store_is_memory_store(before: list[Batch], after: list[Batch]) -> None:
+    same_as_memory(before, after)
+
+
+@settings(max_examples=EXAMPLES, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.sampled_from([0, 1, 3, 8]), st.booleans(),
+       st.lists(batches, min_size=1, max_size=6), st.lists(batches, max_size=2))
+def test_sqlite_store_is_memory_store_with_short_rows(
+        span: int, ordered: bool, before: list[Batch], after: list[Batch]) -> None:
+    # rows of at most ``span`` seqs: more rows per batch, rows split, log_after starting
+    # from rows that begin before its seq; ``ordered``: the host's numbering, where every
+    # batch only appends rows (random seqs reach into the rows already written)
+    if ordered:
+        both = host_like(before + after)
+        before, after = both[:len(before)], both[len(before):]
+    same_as_memory(before, after, span)
+
+
+# --- the log's rows -------------------------------------------------------------------
+
+INTERLEAVED = (
+    # a turn on chat a, its session s between, another chat b, gaps
+    log(10, "a", b"a10"), log(11, "s", b"s11"), log(12, "a", b"a12", only_to="k1", ms=5),
+    log(13, "b", b"b13"), log(14, "a", b"a14"), log(17, "s", b"s17"), log(18, "a", b""),
+)
+INTERLEAVED_MORE = (
+    log(19, "b", b"b19"), log(20, "a", bytes(range(256))),
+    log(21, "s", b"s21", only_to="\u00e9t\u00e9"),
+    log(25, "a", b"a25", ms=2**40), log(26, "b", b"b26"),
+)
+
+
+def test_a_batch_of_interleaved_channels(store: HostStore) -> None:
+    store.commit(Batch(server_seq=18, log=INTERLEAVED, snapshots=(
+        ChannelRecord(uri="a", state=b"a", seq=9), ChannelRecord(uri="s", state=b"s", seq=11),
+        ChannelRecord(uri="b", state=b"b", seq=13))))
+    store.commit(Batch(server_seq=26, log=INTERLEAVED_MORE))
+    every = INTERLEAVED + INTERLEAVED_MORE
+    for seq in range(5, 28):
+        for limit in (1, 2, 3, 4, 7, 100):
+            assert store.log_after(seq, limit) == tuple(r for r in every if r.seq > seq)[:limit]
+    assert store.load_channel("a") == (ChannelRecord(uri="a", state=b"a", seq=9),
+                                       tuple(r for r in every if r.channel == "a"))
+    assert store.load_channel("s") == (ChannelRecord(uri="s", state=b"s", seq=11),
+                                       (every[5], every[9]))
+    assert store.load_channel("b") == (ChannelRecord(uri="b", state=b"b", seq=13),
+                                       (every[7], every[11]))
+
+
+def test_a_row_per_channel_and_commit(tmp_path: Path) -> None:
+    with open_sqlite(tmp_path / "store.sqlite3") as store:
+        store.commit(Batch(server_seq=18, log=INTERLEAVED))
+        store.commit(Batch(server_seq=26, log=INTERLEAVED_MORE))
+        rows = db_of(store).execute(
+            "SELECT first, last, channel FROM log ORDER BY first").fetchall()
+        assert rows == [(10, 18, "a"), (11, 17, "s"), (13, 13, "b"),
+                        (19, 26, "b"), (20, 25, "a"), (21, 21, "s")]
+        check_rows(store)
+        # load_channel reads its channel's rows by the index
+        plan = " ".join(str(row) for row in db_of(store).execute(
+            "EXPLAIN QUERY PLAN SELECT data FROM log WHERE channel = ? AND last > ?"
+            " ORDER BY last", ("a", 0)))
+        assert "log_by_channel" in plan and "TEMP B-TREE" not in plan
+
+
+def test_a_long_batch_is_split_into_rows(tmp_path: Path) -> None:
+    with open_sqlite(tmp_path / "store.sqlite3") as store:
+        # a channel's records spanning more than log_span seqs: more than one row
+        records = (*(log(seq, "a" if seq % 5 else "s", str(seq).encode())
+                     for seq in range(1, 3001)), log(5000, "a"), log(9000, "a"))
+        store.commit(Batch(server_seq=9000, log=records))
+        check_rows(store)
+        rows = db_of(store).execute(
+            "SELECT first, last, channel FROM log ORDER BY first").fetchall()
+        assert [r for r in rows if r[2] == "a"] == [(1, 1024, "a"), (1026, 2049, "a"),
+                                                   (2051, 2999, "a"), (5000, 5000, "a"),
+                                                   (9000, 9000, "a")]
+        assert store.log_after(0, 10_000) == records
+        assert store.log_after(2047, 4) == records[2047:2051]
+        assert store.log_after(3000, 4) == records[3000:]
+        assert store.log_after(4999, 1) == (log(5000, "a"),)
+
+
+def test_records_before_the_last_written(store: HostStore) -> None:
+    # never from a host, which numbers its batches upward: a record may replace one
+    # (of another channel), or land between a channel's rows, or before them all
+    store.commit(Batch(server_seq=20, log=(log(10, "a"), log(11, "s"), log(12, "a"),
+                                           log(20, "a"))))
+    store.commit(Batch(server_seq=30, log=(log(25, "s"), log(30, "a"))))
+    store.commit(Batch(server_seq=30, log=(log(15, "a", b"15"), log(11, "b", b"again"),
+                                           log(5, "a", b"5"), log(26, "a", b"26"),
+                                           log(15, "a", b"last wins"))))
+    store.commit(Batch(server_seq=30, snapshots=(ChannelRecord(uri="a", state=None, seq=11),)))
+    expected = (log(5, "a", b"5"), log(10, "a"), log(11, "b", b"again"), log(12, "a"),
+                log(15, "a", b"last wins"), log(20, "a"), log(25, "s"), log(26, "a", b"26"),
+                log(30, "a"))
+    assert store.log_after(0, 100) == expected
+    for limit in (1, 2, 3):
+        assert store.log_after(11, limit) == expected[3:3 + limit]
+    loaded = store.load_channel("a")
+    assert loaded is not None and loaded[1] == tuple(
+        r for r in expected if r.channel == "a" and r.seq > 11)
+    if isinstance(store, SQLiteStore):
+        check_rows(store)
+
+
+def test_compaction_cuts_a_row_it_covers_in_part(store: HostStore) -> None:
+    store.commit(Batch(server_seq=8, log=tuple(log(seq, "a" if seq < 7 else "s", str(seq).encode())
+                                                for seq in range(1, 9)),
+                       snapshots=(ChannelRecord(uri="a", state=b"{}", seq=3),)))
+    # a's snapshot covers 1..3, the floor 1..5: a keeps 4..6; s (no snapshot) all
+    store.commit(Batch(server_seq=8, log_floor=5))
+    assert [r.seq for r in store.log_after(0, 100)] == [4, 5, 6, 7, 8]
+    # the floor covers s's row in part
+    store.commit(Batch(server_seq=8, log_floor=7))
+    assert [r.seq for r in store.log_after(0, 100)] == [4, 5, 6, 8]
+    store.commit(Batch(server_seq=8, snapshots=(ChannelRecord(uri="a", state=b"{}", seq=5),),
+                       log_floor=7))
+    assert [r.seq for r in store.log_after(0, 100)] == [6, 8]
+    assert store.log_after(0, 1) == (log(6, "a", b"6"),)
+    loaded = store.load_channel("a")
+    assert loaded is not None and loaded[1] == (log(6, "a", b"6"),)
+    if isinstance(store, SQLiteStore):
+        assert db_of(store).execute("SELECT first, last, channel FROM log ORDER BY first"
+                                    ).fetchall() == [(6, 6, "a"), (8, 8, "s")]
+        check_rows(store)
+
+
+def test_a_damaged_log_row_is_a_store_error(tmp_path: Path) -> None:
+    path = tmp_path / "store.sqlite3"
+    with SQLiteStore(path) as store:
+        store.commit(Batch(server_seq=3, log=(log(1, "a"), log(2, "a"), log(3, "a")),
+                           snapshots=(ChannelRecord(uri="a", state=None, seq=0),)))
+        for damaged in (b"\x01\x02", bytes(30), b"\xff" * 24):
+            db_of(store).execute("UPDATE log SET data = ?", (damaged,))
+            for read in (lambda: store.log_after(0, 10), lambda: store.load_channel("a")):
+                with pytest.raises(StoreError) as error:
+                    read()
+                assert "corrupt" in assert_one_line(error, path)
+
+
+# --- schema 1: a row per record --------------------------------------------------------
+
+SCHEMA_1 = (  # as version 1 of this library created its stores
+    "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT)",
+    "CREATE TABLE log(seq INTEGER PRIMARY KEY, channel TEXT NOT NULL, only_to TEXT,"
+    " ms INTEGER NOT NULL, data BLOB NOT NULL)",
+    "CREATE INDEX log_by_channel ON log(channel)",
+    "CREATE TABLE channels(n INTEGER PRIMARY KEY, uri TEXT NOT NULL UNIQUE,"
+    " seq INTEGER NOT NULL, state BLOB)",
+    "CREATE INDEX channels_in_order ON channels(n, uri)",
+    "CREATE TABLE sessions(n INTEGER PRIMARY KEY, uri TEXT NOT NULL UNIQUE,"
+    " ordinal INTEGER NOT NULL, created_at TEXT NOT NULL, summary BLOB)",
+    "CREATE TABLE owners(n INTEGER PRIMARY KEY, chat TEXT NOT NULL UNIQUE, session TEXT NOT NULL)",
+    "CREATE TABLE clients(n INTEGER PRIMARY KEY, client_id TEXT NOT NULL UNIQUE,"
+    " version TEXT NOT NULL, touched INTEGER NOT NULL, keep INTEGER NOT NULL)",
+    "CREATE TABLE content(uri TEXT PRIMARY KEY, content_type TEXT NOT NULL, owner TEXT,"
+    " data BLOB NOT NULL)",
+    "CREATE TABLE content_owners(uri TEXT NOT NULL, channel TEXT NOT NULL,"
+    " PRIMARY KEY(uri, channel)) WITHOUT ROWID",
+    "CREATE INDEX content_owners_by_channel ON content_owners(channel, uri)",
+    "INSERT INTO meta(key, value) VALUES ('library', 'agenthost-protocol'), ('server_seq', '0')",
+)
+
+
+def schema_1_store(path: Path, batch: Batch) -> None:
+    """A store as version 1 wrote it, holding ``batch`` (its log, snapshots, sessions)."""
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    db.execute("PRAGMA journal_mode = WAL")
+    db.execute("BEGIN")
+    for statement in SCHEMA_1:
+        db.execute(statement)
+    db.execute("PRAGMA user_version = 1")
+    db.execute("INSERT INTO meta(key, value) VALUES ('ahp_version', '0.7.0')")
+    db.execute("UPDATE meta SET value = ? WHERE key = 'server_seq'", (str(batch.server_seq),))
+    db.executemany("INSERT INTO log(seq, channel, only_to, ms, data) VALUES (?, ?, ?, ?, ?)",
+                   [(r.seq, r.channel, r.only_to, r.ms, r.data) for r in batch.log])
+    db.executemany("INSERT INTO channels(uri, seq, state) VALUES (?, ?, ?)",
+                   [(c.uri, c.seq, c.state) for c in batch.snapshots])
+    db.executemany("INSERT INTO sessions(uri, ordinal, created_at, summary) VALUES (?, ?, ?, ?)",
+                   [(r.uri, r.ordinal, r.created_at, r.summary) for r in batch.sessions])
+    db.execute("COMMIT")
+    db.close()
+
+
+def test_a_schema_1_store_is_migrated(tmp_path: Path) -> None:
+    path = tmp_path / "store.sqlite3"
+    rng = random.Random(5)
+    records, seq = [], 0
+    for _ in range(2500):  # interleaved, gaps, runs longer than a row may span
+        seq += rng.choice((1, 1, 1, 2, 7))
+        records.append(LogRecord(seq=seq, channel=rng.choice(NAMES), data=rng.randbytes(
+            rng.randrange(0, 40)), only_to=rng.choice((None, None, "k0", "kl\u00e9")),
+            ms=rng.randrange(2**41)))
+    batch = Batch(
+        server_seq=seq,
+        log=tuple(records),
+        snapshots=(ChannelRecord(uri="c0", state=b"{}", seq=0),
+                   ChannelRecord(uri="c1", state=b"1", seq=1500),
+                   ChannelRecord(uri="c2", state=None, seq=seq)),
+        sessions=(SessionRecord(uri="c0", ordinal=0, created_at="t", summary=b"{}"),),
+    )
+    schema_1_store(path, batch)
     model = MemoryStore()
-    with tempfile.TemporaryDirectory() as directory:
-        path = Path(directory) / "store.sqlite3"
-        store = open_sqlite(path)
-        try:
-            for batch in before:
-                model.commit(batch)
-                store.commit(batch)
-                assert observe(store) == observe(model)
-        finally:
-            store.close()
-        with open_sqlite(path) as reopened:
-            assert observe(reopened) == observe(model)
-            for batch in after:
-                model.commit(batch)
-                reopened.commit(batch)
-                assert observe(reopened) == observe(model)
+    model.commit(batch)
+
+    def same(migrated: SQLiteStore) -> None:
+        assert observe(migrated) == observe(model)
+        for after in (0, 1, 999, 1500, 2047, 3000, seq - 3, seq):
+            for limit in (1, 3, 100, 5000):
+                assert migrated.log_after(after, limit) == model.log_after(after, limit)
+        check_rows(migrated)
+
+    with SQLiteStore(path) as migrated:
+        migrated.compact_every = 0
+        assert migrated.schema_version == SCHEMA_VERSION == 2
+        assert migrated.previous_ahp_version == "0.7.0"
+        same(migrated)
+        db = db_of(migrated)
+        assert db.execute("SELECT count(*) FROM log").fetchone()[0] < len(records)
+        tables = {row[0] for row in db.execute(
+            "SELECT name FROM sqlite_master WHERE type IN ('table', 'index')")}
+        assert "log_1" not in tables and "log_by_channel" in tables
+        # and on as any store: a commit, compaction
+        more = Batch(server_seq=seq + 2, log=(log(seq + 1, "c1"), log(seq + 2, "c3")),
+                     snapshots=(ChannelRecord(uri="c1", state=b"2", seq=2600),),
+                     log_floor=2700)
+        model.commit(more)
+        migrated.commit(more)
+        same(migrated)
+    with SQLiteStore(path) as migrated:
+        same(migrated)
+    assert read_file_identity(path)[:2] == (APPLICATION_ID, 2)
+
+
+def test_an_empty_schema_1_store_is_migrated(tmp_path: Path) -> None:
+    path = tmp_path / "store.sqlite3"
+    schema_1_store(path, Batch(server_seq=0))
+    with SQLiteStore(path) as store:
+        assert store.schema_version == 2
+        assert store.restore() == Restored()
+        assert store.log_after(0, 10) == ()
+        store.commit(Batch(server_seq=1, log=(log(1),)))
+        assert store.log_after(0, 10) == (log(1),)
 
 
 # --- durability -----------------------------------------------------------------------
@@ -674,6 +966,13 @@ def newer_schema(path: Path) -> None:
     db.close()
 
 
+def next_schema(path: Path) -> None:
+    real_store(path)
+    db = sqlite3.connect(path)
+    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    db.close()
+
+
 REFUSED: list[tuple[Callable[[Path], None], str]] = [
     (random_bytes, "not an SQLite file; refusing to use it as a store"),
     (text_file, "not an SQLite file; refusing to use it as a store"),
@@ -688,8 +987,10 @@ REFUSED: list[tuple[Callable[[Path], None], str]] = [
     (our_id_not_our_tables_in_wal_mode, "not an agenthost-protocol store"),
     (our_id_schema_0_with_tables, "not an agenthost-protocol store"),
     (our_tables_another_library, "not an agenthost-protocol store"),
-    (newer_schema, "written by a newer agenthost-protocol (schema 99, this one reads up to 1); "
+    (newer_schema, "written by a newer agenthost-protocol (schema 99, this one reads up to 2); "
                    "upgrade it"),
+    (next_schema, "written by a newer agenthost-protocol (schema 3, this one reads up to 2); "
+                  "upgrade it"),
 ]
 
 
@@ -718,7 +1019,7 @@ def test_a_newer_writer_killed_before_its_checkpoint(tmp_path: Path) -> None:
     code = (
         "import os, signal, sqlite3, sys\n"
         "db = sqlite3.connect(sys.argv[1])\n"
-        "db.execute('PRAGMA user_version = 2')\n"
+        f"db.execute('PRAGMA user_version = {SCHEMA_VERSION + 1}')\n"
         "os.kill(os.getpid(), signal.SIGKILL)\n"
     )
     done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True,
@@ -727,7 +1028,8 @@ def test_a_newer_writer_killed_before_its_checkpoint(tmp_path: Path) -> None:
     assert (tmp_path / "store.sqlite3-wal").stat().st_size > 32
     with pytest.raises(StoreError) as error:
         SQLiteStore(path)
-    assert "newer agenthost-protocol (schema 2" in assert_one_line(error, path)
+    assert f"newer agenthost-protocol (schema {SCHEMA_VERSION + 1}" in assert_one_line(
+        error, path)
 
 
 def test_a_directory_is_refused(tmp_path: Path) -> None:
@@ -766,7 +1068,8 @@ def test_a_new_store(tmp_path: Path) -> None:
         assert store.previous_ahp_version is None
     assert read_file_identity(path) == (
         APPLICATION_ID, SCHEMA_VERSION,
-        {"library": "agenthost-protocol", "ahp_version": "0.7.0", "server_seq": "0"}, "wal")
+        {"library": "agenthost-protocol", "ahp_version": "0.7.0", "server_seq": "0",
+         "log_span": "1024"}, "wal")
     if os.name == "posix":
         assert path.parent.stat().st_mode & 0o777 == 0o700
         assert path.stat().st_mode & 0o077 == 0
@@ -775,13 +1078,13 @@ def test_a_new_store(tmp_path: Path) -> None:
         assert store.ahp_version == "0.8.0"
 
 
-def test_an_empty_file_gets_schema_1(tmp_path: Path) -> None:
+def test_an_empty_file_gets_the_schema(tmp_path: Path) -> None:
     path = tmp_path / "store.sqlite3"
     path.touch()
     with SQLiteStore(path) as store:
         store.commit(Batch(server_seq=3))
     identity = read_file_identity(path)
-    assert identity[:2] == (APPLICATION_ID, 1)
+    assert identity[:2] == (APPLICATION_ID, SCHEMA_VERSION)
     assert identity[2]["server_seq"] == "3"
     assert identity[2]["library"] == "agenthost-protocol"
 
@@ -793,7 +1096,7 @@ def test_a_store_killed_while_being_created_is_finished(tmp_path: Path) -> None:
     db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
     db.close()
     with SQLiteStore(path) as store:
-        assert store.schema_version == 1
+        assert store.schema_version == SCHEMA_VERSION
         assert store.restore() == Restored()
 
 
@@ -806,24 +1109,24 @@ def test_migrations_run_in_one_transaction(tmp_path: Path, monkeypatch: pytest.M
         db.execute("CREATE TABLE extra(x)")
         db.execute("INSERT INTO nowhere VALUES (1)")
 
-    def to_2(db: sqlite3.Connection) -> None:
+    def to_3(db: sqlite3.Connection) -> None:
         db.execute("CREATE TABLE extra(x)")
         db.execute("INSERT INTO extra VALUES (1)")
 
-    monkeypatch.setattr(sqlite_store, "SCHEMA_VERSION", 2)
+    monkeypatch.setattr(sqlite_store, "SCHEMA_VERSION", 3)
     monkeypatch.setattr(sqlite_store, "MIGRATIONS", (*MIGRATIONS, broken))
     with pytest.raises(StoreError) as error:
         SQLiteStore(path)
     assert "nowhere" in assert_one_line(error, path)
-    assert read_file_identity(path)[1] == 1  # nothing of it stayed
+    assert read_file_identity(path)[1] == 2  # nothing of it stayed
 
-    monkeypatch.setattr(sqlite_store, "MIGRATIONS", (*MIGRATIONS, to_2))
+    monkeypatch.setattr(sqlite_store, "MIGRATIONS", (*MIGRATIONS, to_3))
     with SQLiteStore(path) as store:
-        assert store.schema_version == 2
+        assert store.schema_version == 3
         assert store.log_after(0, 10) == (log(5),)
         assert db_of(store).execute("SELECT x FROM extra").fetchall() == [(1,)]
     monkeypatch.undo()
-    with pytest.raises(StoreError, match="schema 2, this one reads up to 1"):
+    with pytest.raises(StoreError, match="schema 3, this one reads up to 2"):
         SQLiteStore(path)
 
 

@@ -80,7 +80,6 @@ from ..bridges.acp import (
     PromptCapabilities,
     acp_error_message,
 )
-from ..channels import ChannelKind, channel_kind
 from ..host import Host, HostStore
 from .base import Agent, AgentError, NewSession
 from .driver import AgentDriver
@@ -102,8 +101,6 @@ ACP_PROTOCOL_VERSION: Final = 1
 META_KEY: Final = "acp"
 """The key of a session's ``_meta`` that holds its ACP ``sessionId`` and ``cwd``."""
 
-_EARLY_LIMIT: Final = 1000
-"""Client actions kept for a stored session while it is being resumed."""
 
 
 def acp_agent_info(
@@ -207,11 +204,6 @@ class AcpAgentRunner(Agent):
         """ACP sessionId -> its ``cwd``."""
         self._loading: set[str] = set()
         """ACP sessionIds whose ``session/load`` runs: their replayed updates are dropped."""
-        self._early: dict[str, list[tuple[str, t.StateAction]]] = {}
-        """Stored AHP session -> the client actions on it (or its chat) that came before
-        its resume was done: given to its bridge once it is."""
-        self._settled: set[str] = set()
-        """Stored AHP sessions whose resume is over (resumed or not)."""
         self._info = acp_agent_info(provider)
         self._bridges: dict[str, AcpBridge] = {}
         """ACP sessionId -> its bridge."""
@@ -411,11 +403,7 @@ class AcpAgentRunner(Agent):
         the host has the history); else why it cannot continue.  Never raises
         for what the agent does.
         """
-        try:
-            return await self._resume(session, state)
-        finally:
-            self._settled.add(session)
-            self._early.pop(session, None)
+        return await self._resume(session, state)
 
     async def _resume(self, session: str, state: t.SessionState) -> str | None:
         kept = "this session's history is kept but it cannot continue"
@@ -478,8 +466,6 @@ class AcpAgentRunner(Agent):
                 self._carry(bridge, bridge.receive_client_action(
                     session, t.SessionConfigChangedAction(config=wanted)))
         self._remember(bridge)
-        for channel, action in self._early.pop(session, []):
-            self._carry(bridge, bridge.receive_client_action(channel, action))
         return None
 
     async def _close_session(self, conn: Connection, session_id: str) -> None:
@@ -516,39 +502,11 @@ class AcpAgentRunner(Agent):
         self._by_channel.pop(bridge.chat, None)
 
     def client_action(self, channel: str, action: t.StateAction) -> None:
+        # a stored session's actions wait in the agent layer until resume_session is
+        # done; one that could not be resumed has no bridge: nothing to tell
         bridge = self._by_channel.get(channel)
         if bridge is not None:
             self._carry(bridge, bridge.receive_client_action(channel, action))
-            return
-        # a stored session's first action comes before its resume_session ran (the
-        # driver adopts it then): kept for its bridge
-        session = self._resuming(channel)
-        if session is not None:
-            early = self._early.setdefault(session, [])
-            if len(early) < _EARLY_LIMIT:
-                early.append((channel, action))
-            else:
-                log.warning("session %s: too many actions while it resumes; %s dropped",
-                            session, action.type)
-
-    def _resuming(self, channel: str) -> str | None:
-        """The stored session of ``channel`` (it or its chat) if it may still be resumed."""
-        if self._closing:
-            return None
-        kind = channel_kind(channel)
-        if kind is ChannelKind.SESSION:
-            session: str | None = channel
-        elif kind is ChannelKind.CHAT:
-            session = self.host.owner_of(channel)
-        else:
-            return None
-        if session is None or session in self._settled or not self.host.has_channel(session):
-            return None
-        state = self.host.state(session)
-        if (not isinstance(state, t.SessionState) or state.provider != self._provider
-                or state.lifecycle != t.SessionLifecycle.READY):
-            return None
-        return session
 
     async def turn(self, turn: Turn) -> None:
         """The bridge got the turn's prompt (:meth:`client_action`) and ends the turn

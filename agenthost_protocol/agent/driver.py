@@ -36,7 +36,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterable
-from typing import TypeVar
+from typing import Final, TypeVar
 
 import attrs
 
@@ -53,6 +53,9 @@ from .turn import Turn
 __all__ = ["AgentDriver"]
 
 log = logging.getLogger(__name__)
+
+_HELD_LIMIT: Final = 1000
+"""Client actions one session may have waiting for its resume; more are dropped."""
 
 A = TypeVar("A")
 R = TypeVar("R")
@@ -83,6 +86,9 @@ class AgentDriver:
         self._resuming: dict[str, asyncio.Task[str | None]] = {}
         """Stored sessions used again in this run -> the agent's resume_session."""
         self._abandoned: set[asyncio.Task[str | None]] = set()
+        self._held: dict[str, list[t.ActionEnvelope]] = {}
+        """Sessions whose resume runs -> the client actions on them, given to the
+        agent once it is done (what they ask for needs what it sets up)."""
         self._confirmations: dict[tuple[str, str, str], asyncio.Future[bool]] = {}
         self._inputs: dict[tuple[str, str], asyncio.Future[t.ChatInputCompletedAction]] = {}
         self._turns = 0
@@ -140,6 +146,15 @@ class AgentDriver:
         if kind is not ChannelKind.SESSION and kind is not ChannelKind.CHAT:
             return
         self._adopt(uri)
+        session = uri if kind is ChannelKind.SESSION else self._owner.get(uri)
+        held = self._held.get(session) if session is not None else None
+        if held is not None:
+            if len(held) < _HELD_LIMIT:
+                held.append(envelope)
+            else:
+                log.warning("session %s: %d client actions wait for its resume; %s dropped",
+                            session, _HELD_LIMIT, action.type)
+            return
         try:
             self.agent.client_action(uri, action)
         except Exception:
@@ -195,17 +210,27 @@ class AgentDriver:
         for chat in (*self.host.chats_of(session), *(c.resource for c in state.chats)):
             self._owner.setdefault(chat, session)
         self._announced[session] = self.host.session_summary(session)
+        self._held[session] = []
         self._resuming[session] = asyncio.get_running_loop().create_task(
             self._resume(session, state))
 
     async def _resume(self, session: str, state: t.SessionState) -> str | None:
+        reason: str | None
         try:
             reason = await self.agent.resume_session(session, state)
+        except asyncio.CancelledError:
+            self._held.pop(session, None)
+            raise
         except Exception as e:
             log.warning("session %s cannot be resumed: %s", session, e)
-            return str(e) or type(e).__name__
-        if reason is not None:
-            log.info("session %s cannot be resumed: %s", session, reason)
+            reason = str(e) or type(e).__name__
+        else:
+            if reason is not None:
+                log.info("session %s cannot be resumed: %s", session, reason)
+        # what came meanwhile, in order (a turn it starts awaits this task's result)
+        for envelope in self._held.pop(session, []):
+            self._client_action(envelope)
+        self._flush()
         return reason
 
     def _count_stored_sessions(self) -> None:

@@ -62,7 +62,6 @@ from .. import types as t
 from ..aio.server import HostServer
 from ..bridges.pi import PiBridge, PiDialect, PiOutput
 from ..bridges.pi_frames import encode_frame
-from ..channels import ChannelKind, channel_kind
 from ..host import Host
 from .base import Agent, AgentError, NewSession
 from .driver import AgentDriver
@@ -81,8 +80,6 @@ _READ_CHUNK: Final = 64 * 1024
 META_KEY: Final = "pi"
 """The key of a session's ``_meta`` that holds pi's ``sessionFile``."""
 
-_EARLY_LIMIT: Final = 1000
-"""Client actions kept for a stored session while it is being resumed."""
 
 
 def pi_agent_info(provider: str = PI_PROVIDER, dialect: PiDialect = PiDialect.PI,
@@ -181,11 +178,6 @@ class PiAgentRunner(Agent):
         self._ids = itertools.count(1)
         self._retiring: set[_PiProcess] = set()
         """Agents being stopped (disposed sessions among them): ``close`` waits for them."""
-        self._early: dict[str, list[tuple[str, t.StateAction]]] = {}
-        """Stored AHP session -> the client actions on it (or its chat) that came before
-        its resume was done: given to its bridge once it is."""
-        self._settled: set[str] = set()
-        """Stored AHP sessions whose resume is over (resumed or not)."""
         self._closing = False
         server.handler = AgentDriver(self, server.host, server.flush).handle
 
@@ -214,42 +206,11 @@ class PiAgentRunner(Agent):
         return ""  # the bridge titles the session (pi's session name)
 
     def client_action(self, channel: str, action: t.StateAction) -> None:
-        # a stored session's first action comes before its resume_session ran (the
-        # driver adopts it then), others while its process starts: kept for its bridge
-        session = self._resuming(channel)
-        if session is not None:
-            early = self._early.setdefault(session, [])
-            if len(early) < _EARLY_LIMIT:
-                early.append((channel, action))
-            else:
-                log.warning("pi: session %s: too many actions while it resumes; %s dropped",
-                            session, action.type)
-            return
+        # a stored session's actions wait in the agent layer until resume_session is
+        # done; one that could not be resumed has no process: nothing to tell
         agent = self._agents.get(channel)
         if agent is not None:
             self._carry(agent, agent.bridge.receive_client_action(channel, action))
-
-    def _resuming(self, channel: str) -> str | None:
-        """The stored session of ``channel`` (it or its chat) if it may still be resumed."""
-        if self._closing:
-            return None
-        kind = channel_kind(channel)
-        if kind is ChannelKind.SESSION:
-            session: str | None = channel
-        elif kind is ChannelKind.CHAT:
-            session = self.host.owner_of(channel)
-        else:
-            return None
-        if session is None or session in self._settled or not self.host.has_channel(session):
-            return None
-        agent = self._agents.get(session)
-        if agent is not None and agent.live:
-            return None  # created in this run
-        state = self.host.state(session)
-        if (not isinstance(state, t.SessionState) or state.provider != self._provider
-                or state.lifecycle != t.SessionLifecycle.READY):
-            return None
-        return session
 
     async def turn(self, turn: Turn) -> None:
         """The bridge got the turn's prompt (:meth:`client_action`) and ends the turn
@@ -335,11 +296,7 @@ class PiAgentRunner(Agent):
         ``None`` once pi switched; else the process is stopped and why it cannot
         continue.  Never raises for what the agent does.
         """
-        try:
-            return await self._resume(session, state)
-        finally:
-            self._settled.add(session)
-            self._early.pop(session, None)
+        return await self._resume(session, state)
 
     async def _resume(self, session: str, state: t.SessionState) -> str | None:
         kept = "this session's history is kept but it cannot continue"
@@ -395,8 +352,6 @@ class PiAgentRunner(Agent):
                     and not agent.exited.is_set() and self.host.has_channel(session)):
                 agent.live = True
                 self._record(agent)  # a new session's file, if pi named one
-                for channel, action in self._early.pop(session, []):
-                    self._carry(agent, agent.bridge.receive_client_action(channel, action))
                 return None
         except BaseException:  # cancelled (the host closes): the process goes too
             await asyncio.shield(self._forget(agent))

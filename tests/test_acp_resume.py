@@ -32,6 +32,7 @@ from agenthost_protocol import wire
 from agenthost_protocol.agent.acp_runner import AcpAgentCommand, build_acp_server
 from agenthost_protocol.host.store import MemoryStore
 
+from ._json_client import JsonClient
 from .acp_agents.scripted_agent import LOAD_ERROR, REPLAYED_TITLE, SESSION_PREFIX
 
 AGENT = str(Path(__file__).parent / "acp_agents" / "scripted_agent.py")
@@ -45,56 +46,24 @@ def run(coro: Coroutine[Any, Any, None], timeout: float = 60.0) -> None:
     asyncio.run(asyncio.wait_for(coro, timeout))
 
 
-class Run:
+class Run(JsonClient):
     """One run of the host on ``store``, the scripted agent started with ``args``."""
 
     def __init__(self, store: MemoryStore, *args: str, cwd: Path) -> None:
         self.now = itertools.count(NOW, 1000)
-        self.server, self.runner = build_acp_server(
+        server, self.runner = build_acp_server(
             AcpAgentCommand(command=sys.executable, args=(AGENT, *args), inherit_stderr=False),
             clock=lambda: next(self.now), store=store, session_cwd=str(cwd))
-        self.host = self.server.host
-        self.conn = self.host.connect()
-        self.ids = itertools.count(1)
-        self.seq = itertools.count(1)
-        self.inbox: list[dict[str, Any]] = []
+        super().__init__(server)
 
-    def send(self, message: dict[str, Any]) -> None:
-        self.conn.receive_data(json.dumps({"jsonrpc": "2.0", **message}))
-        self.server.flush()
-        self.inbox += [json.loads(m) for m in self.conn.data_to_send()]
-
-    async def request(self, method: str, params: dict[str, Any]) -> Any:
-        number = next(self.ids)
-        self.send({"id": number, "method": method, "params": params})
-        await self.until(lambda: any(m.get("id") == number for m in self.inbox))
-        [answer] = [m for m in self.inbox if m.get("id") == number]
-        assert "error" not in answer, answer
-        return answer["result"]
-
-    def dispatch(self, channel: str, action: t.StateAction) -> None:
-        self.send({"method": "dispatchAction", "params": {
-            "channel": channel, "clientSeq": next(self.seq), "action": wire.unstructure(action)}})
-
-    async def until(self, condition: Callable[[], bool], timeout: float = 15.0) -> None:
-        async def poll() -> None:
-            while not condition():
-                await asyncio.sleep(0.01)
-                self.inbox += [json.loads(m) for m in self.conn.data_to_send()]
-        await asyncio.wait_for(poll(), timeout)
-
-    def chat(self) -> t.ChatState:
-        state = self.host.state(CHAT)
-        assert isinstance(state, t.ChatState)
-        return state
+    def chat(self, uri: str = CHAT) -> t.ChatState:
+        return super().chat(uri)
 
     def has_turns(self, count: int) -> Callable[[], bool]:
         return lambda: len(self.chat().turns) == count
 
-    def session(self) -> t.SessionState:
-        state = self.host.state(SESSION)
-        assert isinstance(state, t.SessionState)
-        return state
+    def session(self, uri: str = SESSION) -> t.SessionState:
+        return super().session(uri)
 
     async def open(self, *, create: bool) -> None:
         await self.runner.start()

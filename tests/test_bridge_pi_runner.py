@@ -10,21 +10,20 @@ loop under a time bound and closes the runner, so no process is left behind.
 from __future__ import annotations
 
 import asyncio
-import itertools
-import json
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from agenthost_protocol import types as t
-from agenthost_protocol import wire
 from agenthost_protocol.agent.pi_runner import PiAgentCommand, PiAgentRunner, pi_root_state
 from agenthost_protocol.aio.server import HostServer
 from agenthost_protocol.bridges.pi import PiDialect
 from agenthost_protocol.host import Host
+
+from ._json_client import JsonClient
 
 STANDIN = str(Path(__file__).with_name("test_bridge_pi_standin.py"))
 SESSION = "ahp-session:/s1"
@@ -35,52 +34,22 @@ def run(coro: Coroutine[Any, Any, None], timeout: float = 20.0) -> None:
     asyncio.run(asyncio.wait_for(coro, timeout))
 
 
-class World:
+class World(JsonClient):
+    timeout = 10.0
+
     def __init__(self, command: PiAgentCommand, dialect: PiDialect = PiDialect.PI) -> None:
-        self.host = Host(clock=lambda: 1_767_225_600_000,
-                         server_info=t.Implementation(name="pi-test", version="1"),
-                         root=pi_root_state(dialect=dialect))
-        self.server = HostServer(self.host)
+        super().__init__(HostServer(Host(
+            clock=lambda: 1_767_225_600_000,
+            server_info=t.Implementation(name="pi-test", version="1"),
+            root=pi_root_state(dialect=dialect))))
         self.runner = PiAgentRunner(self.server, command, dialect=dialect, idle_tick=0.05,
                                     start_timeout=10.0, close_timeout=2.0)
-        self.conn = self.host.connect()
-        self.ids = itertools.count(1)
-        self.seq = itertools.count(1)
-        self.inbox: list[dict[str, Any]] = []
 
-    def send(self, message: dict[str, Any]) -> None:
-        self.conn.receive_data(json.dumps({"jsonrpc": "2.0", **message}))
-        self.server.flush()
-        self.inbox += [json.loads(m) for m in self.conn.data_to_send()]
+    def chat(self, uri: str = CHAT) -> t.ChatState:
+        return super().chat(uri)
 
-    async def request(self, method: str, params: dict[str, Any]) -> Any:
-        number = next(self.ids)
-        self.send({"id": number, "method": method, "params": params})
-        await self.until(lambda: any(m.get("id") == number for m in self.inbox))
-        [answer] = [m for m in self.inbox if m.get("id") == number]
-        assert "error" not in answer, answer
-        return answer["result"]
-
-    def dispatch(self, channel: str, action: t.StateAction) -> None:
-        self.send({"method": "dispatchAction", "params": {
-            "channel": channel, "clientSeq": next(self.seq), "action": wire.unstructure(action)}})
-
-    async def until(self, condition: Callable[[], bool], timeout: float = 10.0) -> None:
-        async def poll() -> None:
-            while not condition():
-                await asyncio.sleep(0.01)
-                self.inbox += [json.loads(m) for m in self.conn.data_to_send()]
-        await asyncio.wait_for(poll(), timeout)
-
-    def chat(self) -> t.ChatState:
-        state = self.host.state(CHAT)
-        assert isinstance(state, t.ChatState)
-        return state
-
-    def session(self) -> t.SessionState:
-        state = self.host.state(SESSION)
-        assert isinstance(state, t.SessionState)
-        return state
+    def session(self, uri: str = SESSION) -> t.SessionState:
+        return super().session(uri)
 
     async def start(self) -> None:
         await self.request("initialize", {"protocolVersions": ["0.7.0"], "clientId": "ide"})

@@ -35,6 +35,8 @@ from agenthost_protocol.bridges.pi import PiDialect
 from agenthost_protocol.host import Host
 from agenthost_protocol.host.store import MemoryStore
 
+from ._json_client import JsonClient
+
 STANDIN = str(Path(__file__).with_name("test_bridge_pi_standin.py"))
 SESSION = "ahp-session:/p1"
 CHAT = "ahp-chat:/p1"
@@ -48,17 +50,17 @@ def run(coro: Coroutine[Any, Any, None], timeout: float = 60.0) -> None:
     asyncio.run(asyncio.wait_for(coro, timeout))
 
 
-class Run:
+class Run(JsonClient):
     """One run of the host on ``store``: the stand-in started with ``args``, logging to ``log``."""
 
     def __init__(self, store: MemoryStore, log: Path, *args: str,
                  dialect: PiDialect = PiDialect.PI) -> None:
         self.now = itertools.count(NOW, 1000)
         self.log = log
-        self.host = Host(clock=lambda: next(self.now),
-                         server_info=t.Implementation(name="pi-test", version="1"),
-                         root=pi_root_state(dialect=dialect), store=store)
-        self.server = HostServer(self.host)
+        host = Host(clock=lambda: next(self.now),
+                    server_info=t.Implementation(name="pi-test", version="1"),
+                    root=pi_root_state(dialect=dialect), store=store)
+        super().__init__(HostServer(host))
         xcsh = ("--xcsh",) if dialect is PiDialect.XCSH else ()
         self.runner = PiAgentRunner(
             self.server, PiAgentCommand(command=sys.executable,
@@ -66,45 +68,13 @@ class Run:
                                         inherit_stderr=False),
             dialect=dialect, idle_tick=0.05, start_timeout=10.0, close_timeout=2.0,
             resume_timeout=10.0)
-        self.conn = self.host.connect()
-        self.ids = itertools.count(1)
-        self.seq = itertools.count(1)
-        self.inbox: list[dict[str, Any]] = []
         self.opened = itertools.chain((True,), itertools.repeat(False))
 
-    def send(self, message: dict[str, Any]) -> None:
-        self.conn.receive_data(json.dumps({"jsonrpc": "2.0", **message}))
-        self.server.flush()
-        self.inbox += [json.loads(m) for m in self.conn.data_to_send()]
-
-    async def request(self, method: str, params: dict[str, Any]) -> Any:
-        number = next(self.ids)
-        self.send({"id": number, "method": method, "params": params})
-        await self.until(lambda: any(m.get("id") == number for m in self.inbox))
-        [answer] = [m for m in self.inbox if m.get("id") == number]
-        assert "error" not in answer, answer
-        return answer["result"]
-
-    def dispatch(self, channel: str, action: t.StateAction) -> None:
-        self.send({"method": "dispatchAction", "params": {
-            "channel": channel, "clientSeq": next(self.seq), "action": wire.unstructure(action)}})
-
-    async def until(self, condition: Callable[[], bool], timeout: float = 15.0) -> None:
-        async def poll() -> None:
-            while not condition():
-                await asyncio.sleep(0.01)
-                self.inbox += [json.loads(m) for m in self.conn.data_to_send()]
-        await asyncio.wait_for(poll(), timeout)
-
     def chat(self, uri: str = CHAT) -> t.ChatState:
-        state = self.host.state(uri)
-        assert isinstance(state, t.ChatState)
-        return state
+        return super().chat(uri)
 
     def session(self, uri: str = SESSION) -> t.SessionState:
-        state = self.host.state(uri)
-        assert isinstance(state, t.SessionState)
-        return state
+        return super().session(uri)
 
     def is_ready(self, uri: str) -> Callable[[], bool]:
         return lambda: self.session(uri).lifecycle == "ready"

@@ -299,8 +299,20 @@ def _parse(text: object) -> Version:
 
 
 def _known(introduced_in: str | None, version: str) -> bool:
+    # asked per envelope per version on every fan-out: the answer, not only the
+    # parse, is memoised (a malformed version raises, and is never cached)
+    try:
+        return _known_cached(introduced_in, version)
+    except TypeError:  # an unhashable "version": refused as malformed below
+        return _known_uncached(introduced_in, version)
+
+
+def _known_uncached(introduced_in: str | None, version: str) -> bool:
     peer = _parse(version)  # validate even when the answer is "no"
     return introduced_in is not None and _parse(introduced_in) <= peer
+
+
+_known_cached = lru_cache(maxsize=1024)(_known_uncached)
 
 
 def _action_type(action: ActionLike) -> str | None:

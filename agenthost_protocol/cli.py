@@ -274,6 +274,9 @@ def _add_serve(sub: Any) -> argparse.ArgumentParser:
                         default=defaults.max_subscriptions, metavar="N",
                         help=f"channels one connection may subscribe to (default "
                         f"{defaults.max_subscriptions})")
+    limits.add_argument("--compression", choices=("auto", "deflate", "none"), default="auto",
+                        help="WebSocket permessage-deflate with clients that offer it "
+                        "(default auto: none on a loopback address, deflate elsewhere)")
     limits.add_argument("--max-reconnects-per-minute", type=_positive_int,
                         default=defaults.max_reconnects_per_minute, metavar="N",
                         help="reconnect requests one connection may send per minute "
@@ -386,6 +389,7 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             claim_probe_timeout=args.claim_probe_timeout,
             max_subscriptions=args.max_subscriptions,
             max_reconnects_per_minute=args.max_reconnects_per_minute,
+            compression=args.compression,
         ),
         agent=args.agent if agent_object is None else "demo",
         agent_object=agent_object,

@@ -420,3 +420,29 @@ def test_shutdown_flushes_then_closes_with_1001() -> None:
             await raw(url)
 
     run(main())
+
+
+@pytest.mark.parametrize(("setting", "negotiated"), [
+    ("auto", False), ("none", False), ("deflate", True),
+])
+def test_compression_is_configurable_and_off_on_loopback_by_default(
+    setting: str, negotiated: bool,
+) -> None:
+    from websockets.asyncio.client import connect as ws_connect
+
+    from agenthost_protocol.aio.server import HostServer, ServerLimits
+    from agenthost_protocol.aio.websocket import serve_websocket
+    from agenthost_protocol.host import Host
+
+    async def main() -> None:
+        server = HostServer(Host(clock=lambda: 0),
+                            limits=ServerLimits(compression=setting))  # type: ignore[arg-type]
+        endpoint = await serve_websocket(server, "127.0.0.1", 0, ping_interval=None)
+        try:
+            # the client offers permessage-deflate, as browsers and websockets do
+            async with ws_connect(endpoint.url) as ws:
+                assert bool(ws.protocol.extensions) is negotiated
+        finally:
+            await endpoint.close()
+
+    asyncio.run(asyncio.wait_for(main(), 30))

@@ -26,7 +26,7 @@ import ssl as _ssl
 from http import HTTPStatus
 from typing import Final
 
-from .access import AccessPolicy
+from .access import AccessPolicy, is_loopback
 from .server import CloseReason, EndOfStream, HostServer, MessageRefused
 
 try:
@@ -211,6 +211,9 @@ async def serve_websocket(
     transport spec allows, to notice peers that vanished (``None`` disables).
     """
     policy = access if access is not None else AccessPolicy()
+    compression = server.limits.compression
+    if compression == "auto":
+        compression = "none" if host is not None and is_loopback(host) else "deflate"
 
     async def handler(websocket: ServerConnection) -> None:
         await server.serve_connection(WebSocketStream(websocket))
@@ -249,6 +252,7 @@ async def serve_websocket(
         ping_interval=ping_interval,
         ping_timeout=ping_timeout,
         close_timeout=server.limits.close_timeout,
+        compression="deflate" if compression == "deflate" else None,
     )
     ws_server = WebSocketServer(server, endpoint, host, secure=ssl is not None, access=policy)
     log.info("serving %s", ws_server.url)

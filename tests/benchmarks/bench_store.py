@@ -98,20 +98,20 @@ def throughput(turns: int) -> None:
 
 # -- end to end: a host process streaming to a client over loopback -------------------------
 
-async def _serve_stream(deltas: int, store_path: str | None) -> None:
+async def _serve_stream(deltas: int, store_path: str | None, compression: str = "auto") -> None:
     """The host side: serve on a loopback port, print the URL, stream ``deltas`` chat
     deltas as an agent does (dispatch, flush, yield) once a client has subscribed,
     then print the process's CPU seconds and exit when the client leaves."""
     import resource
 
-    from agenthost_protocol.aio.server import HostServer
+    from agenthost_protocol.aio.server import HostServer, ServerLimits
     from agenthost_protocol.aio.websocket import serve_websocket
     from agenthost_protocol.host import Initialized
 
     store = SQLiteStore(store_path) if store_path else None
     host = Host(clock=_clock, store=store, root=t.RootState(agents=()))
     host.add_channel(CHANNEL, initial_state())
-    server = HostServer(host)
+    server = HostServer(host, limits=ServerLimits(compression=compression))  # type: ignore[arg-type]
     started = asyncio.Event()
 
     def handle(event: object) -> None:
@@ -162,15 +162,18 @@ async def _read_stream(url: str, deltas: int) -> float:
         return (deltas - 1) / (time.perf_counter() - first)
 
 
-def end_to_end(deltas: int, repeat: int) -> None:
+def end_to_end(deltas: int, repeat: int, compression: str = "auto") -> None:
     print(f"\nend to end: a host process streams {deltas:,} chat/delta to one WebSocket "
-          f"client (dispatch, flush, yield per delta, as an agent does); best of {repeat}")
+          f"client (dispatch, flush, yield per delta, as an agent does; compression "
+          f"{compression}); best of {repeat}")
     rates: dict[str, tuple[float, float]] = {}
     for name in ("memory only", "SQLite store"):
         best = (0.0, 0.0)
         for _ in range(repeat):
             with tempfile.TemporaryDirectory() as tmp:
-                args = [] if name == "memory only" else ["--store", str(Path(tmp) / "h.db")]
+                args = ["--compression", compression]
+                if name != "memory only":
+                    args += ["--store", str(Path(tmp) / "h.db")]
                 proc = subprocess.Popen(
                     [sys.executable, "-m", "tests.benchmarks.bench_store", "--serve-stream",
                      str(deltas), *args], stdout=subprocess.PIPE, text=True)
@@ -314,13 +317,15 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--serve-stream", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--store", help=argparse.SUPPRESS)
+    parser.add_argument("--compression", default="auto", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_stream is not None:
-        asyncio.run(_serve_stream(args.serve_stream, args.store))
+        asyncio.run(_serve_stream(args.serve_stream, args.store, args.compression))
         return
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs")
     throughput(args.stream_turns)
     end_to_end(args.deltas, min(args.repeat, 3))
+    end_to_end(args.deltas, min(args.repeat, 3), "deflate")
     startup(args.sessions, args.turns, args.repeat)
 
 

@@ -518,10 +518,12 @@ def test_limits_are_validated_and_the_cli_defaults_match() -> None:
     for name, value in vars(_ServerLimitDefaults).items():
         if not name.startswith("_"):
             assert getattr(defaults, name) == value, name
-    for bad in ({"max_connections": 0}, {"max_total_queue_bytes": 0},
-                {"initialize_timeout": 0}, {"claim_probe_timeout": -1},
-                {"max_subscriptions": 0}, {"stall_timeout": -1}):
-        with pytest.raises(Exception, match="must"):
+    bad_limits: tuple[dict[str, Any], ...] = (
+        {"max_connections": 0}, {"max_total_queue_bytes": 0}, {"initialize_timeout": 0},
+        {"claim_probe_timeout": -1}, {"max_subscriptions": 0}, {"stall_timeout": -1},
+        {"compression": "gzip"})
+    for bad in bad_limits:
+        with pytest.raises(Exception, match="must|compression"):
             ServerLimits(**bad)
     host = Host(clock=lambda: 0)
     assert host.limits.max_subscriptions == 1024

@@ -523,7 +523,7 @@ def test_limits_are_validated_and_the_cli_defaults_match() -> None:
         {"claim_probe_timeout": -1}, {"max_subscriptions": 0}, {"stall_timeout": -1},
         {"compression": "gzip"})
     for bad in bad_limits:
-        with pytest.raises(Exception, match="must|compression"):
+        with pytest.raises(Exception, match=r"must|compression"):
             ServerLimits(**bad)
     host = Host(clock=lambda: 0)
     assert host.limits.max_subscriptions == 1024

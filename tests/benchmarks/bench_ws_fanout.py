@@ -1,0 +1,239 @@
+"""Benchmark (issue 21): a host fanning chat deltas out over WebSocket, beside bare websockets.
+
+One run per K (``--clients 1 10 100``): a server process streams ``--deltas``
+``chat/delta`` envelopes to K WebSocket clients spread over ``--processes``
+client processes, which count the frames.  Two servers, same bytes, same
+clients:
+
+* **host**: a :class:`~agenthost_protocol.aio.HostServer` with one chat; the
+  clients ``initialize`` subscribed to it; the server dispatches each delta
+  and flushes, then yields, as an agent does;
+* **bare**: ``websockets.broadcast`` of the same envelope bytes (built
+  beforehand) to the same clients, yielding after each: the floor a host on
+  this transport can reach.
+
+Prints, per K and server: deltas/s (from the stream's start to the last
+frame any client received), the server's CPU per 1,000 frames delivered,
+and the host's CPU as a multiple of bare's: the issue's goals are K=100
+<= 0.5x, K=10 <= 1.0x, K=1 <= 3x.  Median of ``--rounds``.
+
+Run from the repository root::
+
+    .venv/bin/python -m tests.benchmarks.bench_ws_fanout [--clients 1 10 100] [--deltas 10000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+CHAT = "ahp-chat:/bench"
+TURN = "turn-0"
+PART = "bench-md"
+
+
+def _cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _envelope(seq: int) -> str:
+    return json.dumps({"jsonrpc": "2.0", "method": "action", "params": {
+        "channel": CHAT, "serverSeq": seq, "action": {
+            "type": "chat/delta", "turnId": TURN, "partId": PART, "content": "eight ch"}}},
+        separators=(",", ":"))
+
+
+# -- servers (each a process of its own) ----------------------------------------------------
+
+async def _serve_host(clients: int, deltas: int, compression: str) -> None:
+    from agenthost_protocol import types as t
+    from agenthost_protocol.aio.server import HostServer, ServerLimits
+    from agenthost_protocol.aio.websocket import serve_websocket
+    from agenthost_protocol.host import Host, Initialized
+
+    from ._stream import initial_state
+
+    host = Host(clock=lambda: 1_767_225_600_000, root=t.RootState(agents=()))
+    host.add_channel(CHAT, initial_state())
+    host.dispatch(CHAT, t.ChatTurnStartedAction(
+        turn_id=TURN, started_at="2026-01-01T00:00:00.000Z",
+        message=t.Message(text="bench", origin=t.MessageOrigin(kind=t.MessageKind.USER))))
+    host.dispatch(CHAT, t.ChatResponsePartAction(
+        turn_id=TURN, part=t.MarkdownResponsePart(id=PART, content="")))
+    server = HostServer(host, limits=ServerLimits(
+        compression=compression, max_connections=max(256, clients + 8)))  # type: ignore[arg-type]
+    joined = asyncio.Event()
+    count = 0
+
+    def handle(event: object) -> None:
+        nonlocal count
+        if isinstance(event, Initialized):
+            count += 1
+            if count == clients:
+                joined.set()
+
+    server.handler = handle
+    endpoint = await serve_websocket(server, "127.0.0.1", 0, ping_interval=None)
+    print(endpoint.url, flush=True)
+    await joined.wait()
+    delta = t.ChatDeltaAction(turn_id=TURN, part_id=PART, content="eight ch")
+    start_wall, start_cpu = time.time(), _cpu()
+    for _ in range(deltas):
+        host.dispatch(CHAT, delta)
+        server.flush()
+        await asyncio.sleep(0)
+    await _drained(lambda: server.queued_bytes == 0)
+    print(json.dumps({"start": start_wall, "cpu": _cpu() - start_cpu}), flush=True)
+    await server.wait_idle()
+    await endpoint.close()
+
+
+async def _serve_bare(clients: int, deltas: int, compression: str) -> None:
+    from websockets.asyncio.server import ServerConnection, broadcast, serve
+
+    connections: set[ServerConnection] = set()
+    joined = asyncio.Event()
+    done = asyncio.Event()
+
+    async def handler(ws: ServerConnection) -> None:
+        connections.add(ws)
+        if len(connections) == clients:
+            joined.set()
+        try:
+            await done.wait()
+            await ws.wait_closed()
+        finally:
+            connections.discard(ws)
+
+    frames = [_envelope(seq) for seq in range(3, deltas + 3)]
+    async with serve(handler, "127.0.0.1", 0, ping_interval=None, max_queue=4,
+                     compression="deflate" if compression == "deflate" else None) as srv:
+        port = next(iter(srv.sockets)).getsockname()[1]
+        print(f"ws://127.0.0.1:{port}", flush=True)
+        await joined.wait()
+        start_wall, start_cpu = time.time(), _cpu()
+        for frame in frames:
+            broadcast(connections, frame)
+            await asyncio.sleep(0)
+
+        def empty() -> bool:
+            return all(ws.transport.get_write_buffer_size() == 0 for ws in connections)
+
+        await _drained(empty)
+        print(json.dumps({"start": start_wall, "cpu": _cpu() - start_cpu}), flush=True)
+        done.set()
+        while connections:
+            await asyncio.sleep(0.01)
+
+
+async def _drained(empty: object) -> None:
+    assert callable(empty)
+    while not empty():
+        await asyncio.sleep(0.001)
+
+
+# -- clients --------------------------------------------------------------------------------
+
+async def _clients(url: str, count: int, deltas: int, mode: str) -> None:
+    from websockets.asyncio.client import connect
+
+    last = 0.0
+
+    async def one(number: int) -> None:
+        nonlocal last
+        async with connect(url, max_size=None, ping_interval=None) as ws:
+            if mode == "host":
+                await ws.send(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                                          "params": {"protocolVersions": ["0.7.0"],
+                                                     "clientId": f"c{os.getpid()}-{number}",
+                                                     "initialSubscriptions": [CHAT]}}))
+            seen = 0
+            while seen < deltas:
+                data = await ws.recv()
+                if "chat/delta" in data:
+                    seen += 1
+            last = max(last, time.time())
+
+    await asyncio.gather(*(one(n) for n in range(count)))
+    print(json.dumps({"last": last}), flush=True)
+
+
+# -- the run --------------------------------------------------------------------------------
+
+def _round(mode: str, clients: int, deltas: int, processes: int, compression: str
+           ) -> tuple[float, float]:
+    server = subprocess.Popen(
+        [sys.executable, "-m", "tests.benchmarks.bench_ws_fanout", f"--serve-{mode}",
+         "--clients", str(clients), "--deltas", str(deltas), "--compression", compression],
+        stdout=subprocess.PIPE, text=True)
+    assert server.stdout is not None
+    url = server.stdout.readline().strip()
+    shares = [clients // processes + (1 if i < clients % processes else 0)
+              for i in range(processes)]
+    readers = [subprocess.Popen(
+        [sys.executable, "-m", "tests.benchmarks.bench_ws_fanout", "--client", url,
+         "--count", str(share), "--deltas", str(deltas), "--mode", mode],
+        stdout=subprocess.PIPE, text=True) for share in shares if share]
+    try:
+        figures = json.loads(server.stdout.readline())
+        last = max(json.loads(proc.communicate(timeout=600)[0])["last"] for proc in readers)
+        server.wait(60)
+    finally:
+        for proc in (server, *readers):
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    rate = deltas / max(last - figures["start"], 1e-9)
+    cpu_per_k = figures["cpu"] / (deltas * clients / 1000) * 1000
+    return rate, cpu_per_k
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clients", type=int, nargs="+", default=[1, 10, 100])
+    parser.add_argument("--deltas", type=int, default=10_000)
+    parser.add_argument("--processes", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--compression", choices=("none", "deflate"), default="none")
+    parser.add_argument("--serve-host", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--serve-bare", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--client", help=argparse.SUPPRESS)
+    parser.add_argument("--count", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--mode", default="host", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve_host:
+        asyncio.run(_serve_host(args.clients[0], args.deltas, args.compression))
+        return
+    if args.serve_bare:
+        asyncio.run(_serve_bare(args.clients[0], args.deltas, args.compression))
+        return
+    if args.client:
+        asyncio.run(_clients(args.client, args.count, args.deltas, args.mode))
+        return
+    print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs; {args.deltas:,} deltas, "
+          f"compression {args.compression}, clients in {args.processes} processes, median of "
+          f"{args.rounds}")
+    print(f"{'K':>4} {'server':>6} {'deltas/s':>10} {'CPU ms/1k delivered':>20} "
+          f"{'host / bare':>12}")
+    for clients in args.clients:
+        cpu: dict[str, float] = {}
+        for mode in ("bare", "host"):
+            results = [_round(mode, clients, args.deltas, min(args.processes, clients),
+                              args.compression) for _ in range(args.rounds)]
+            rate = statistics.median(r for r, _ in results)
+            cpu[mode] = statistics.median(c for _, c in results)
+            ratio = f"{cpu['host'] / cpu['bare']:.2f}x" if mode == "host" else ""
+            print(f"{clients:>4} {mode:>6} {rate:>10,.0f} {cpu[mode]:>20.1f} {ratio:>12}",
+                  flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import json
 import os
 import signal
@@ -29,7 +28,6 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from agenthost_protocol import types as t
-from agenthost_protocol import wire
 from agenthost_protocol.agent.pi_runner import PiAgentCommand, PiAgentRunner, pi_root_state
 from agenthost_protocol.aio.server import HostServer
 from agenthost_protocol.bridges.acp import (
@@ -42,6 +40,7 @@ from agenthost_protocol.bridges.acp import (
 from agenthost_protocol.host import Host
 
 from ._aio_peer import TIMEOUT, serving, stop
+from ._json_client import JsonClient
 from .acp_agents import raw_agent
 from .acp_agents.world import ACP_SESSION, World
 
@@ -138,32 +137,16 @@ def kill_everything(record: Record) -> None:
 # -- a client on the host's own connection --------------------------------------------------
 
 
-class Client:
+class Client(JsonClient):
     """Raw JSON-RPC on a ``host.connect()`` connection; the state is read from the host."""
-
-    def __init__(self, server: HostServer) -> None:
-        self.server = server
-        self.host = server.host
-        self.conn = self.host.connect()
-        self.ids = itertools.count(1)
-        self.seq = itertools.count(1)
-        self.inbox: list[dict[str, Any]] = []
-
-    def _send(self, message: dict[str, Any]) -> None:
-        self.conn.receive_data(json.dumps({"jsonrpc": "2.0", **message}))
-        self.server.flush()
-        self._read()
-
-    def _read(self) -> None:
-        self.inbox += [json.loads(m) for m in self.conn.data_to_send()]
 
     async def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         """The whole answer: ``result`` or ``error``."""
         number = next(self.ids)
-        self._send({"id": number, "method": method, "params": params})
+        self.send({"id": number, "method": method, "params": params})
 
         def answered() -> bool:
-            self._read()
+            self.inbox += [json.loads(m) for m in self.conn.data_to_send()]
             return any(m.get("id") == number for m in self.inbox)
 
         await until(answered)
@@ -175,11 +158,6 @@ class Client:
                                                    "clientId": "ide"})
         assert "result" in answer, answer
 
-    def dispatch(self, channel: str, action: t.StateAction) -> None:
-        self._send({"method": "dispatchAction", "params": {
-            "channel": channel, "clientSeq": next(self.seq),
-            "action": wire.unstructure(action)}})
-
     async def create_session(self, uri: str = SESSION) -> t.SessionState:
         answer = await self.request("createSession", {"channel": uri})
         assert answer.get("result", 1) is None, answer
@@ -187,14 +165,10 @@ class Client:
         return self.session(uri)
 
     def session(self, uri: str = SESSION) -> t.SessionState:
-        state = self.host.state(uri)
-        assert isinstance(state, t.SessionState)
-        return state
+        return super().session(uri)
 
     def chat(self, uri: str = CHAT) -> t.ChatState:
-        state = self.host.state(uri)
-        assert isinstance(state, t.ChatState)
-        return state
+        return super().chat(uri)
 
     def root(self) -> t.RootState:
         state = self.host.state(ROOT)

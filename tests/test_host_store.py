@@ -480,3 +480,19 @@ def test_a_corrupt_stored_channel_reads_as_absent_and_breaks_nothing_else() -> N
     assert any(isinstance(e, StoreFailed) and chat in e.message for e in restarted.events())
     assert isinstance(client.confirmed(uri), t.SessionState)  # the rest is served
     assert not restarted.has_channel(chat)
+
+
+def test_a_client_forgotten_for_age_stays_forgotten_after_a_restart() -> None:
+    store, clock = MemoryStore(), Steps()
+    host = new_host(store, clock, remembered_clients_max_age_ms=1000)
+    net = Network(host)
+    _, link = join(net, "a", ROOT, clock=clock)
+    link.drop()
+    net.run_until_quiet()
+    assert host.commit() and host.remembered_version("a") == "0.7.0"
+    assert new_host(store, clock).remembered_version("a") == "0.7.0"
+    clock.now += 5000
+    host.expire_clients()
+    assert host.commit()
+    clock.now -= 5000  # a restart with the clock where it was: only the store can tell
+    assert new_host(store, clock).remembered_version("a") is None

@@ -1298,6 +1298,9 @@ class Host(Commands, Durable):
                     out.extend(self.remove_active_client(uri, client_id))
         for client_id in self._clients.prune(now, self._connected):
             self._views.drop_client(client_id)
+            if self._journal is not None:  # nor kept on disk: a restart would revive it
+                self._journal.clients.pop(client_id, None)
+                self._journal.forgotten[client_id] = None
         return tuple(out)
 
     def next_deadline(self) -> int | None:

@@ -31,13 +31,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import math
 import weakref
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from enum import Enum
-from typing import Literal, Protocol, TypeAlias, runtime_checkable
+from typing import Final, Literal, Protocol, TypeAlias, runtime_checkable
 
 from attrs import frozen
 
@@ -60,7 +61,9 @@ from ._limits import DEFAULT_MAX_MESSAGE_SIZE
 __all__ = [
     "DEFAULT_MAX_MESSAGE_SIZE",
     "CloseReason",
+    "DirectStream",
     "EndOfStream",
+    "FrameCache",
     "EventHandler",
     "HostServer",
     "MessageRefused",
@@ -215,6 +218,41 @@ class ProbeableStream(Protocol):
         ...
 
 
+FrameCache: TypeAlias = "dict[int, tuple[bytes, bytes]]"
+"""Frames built during one flush, by ``id`` of the message: ``(message, frame)``.
+
+Every connection of a flush gets the same message objects (an envelope is
+encoded once for all its subscribers), so a transport whose framing does not
+depend on the connection builds each frame once for all of them.  The
+message is kept beside its frame: it stays alive, so its ``id`` is not
+reused while the cache lives."""
+
+DIRECT_WRITE_LIMIT: Final = 64 * 1024
+"""The most bytes one connection is handed directly in one flush; more goes
+through its send queue, where the server's budgets count it."""
+
+
+@runtime_checkable
+class DirectStream(Protocol):
+    """A :class:`MessageStream` whose transport can take messages without waiting.
+
+    The server hands such a stream what a flush produced for it in one call
+    while its transport keeps up (one write, frames built once for all
+    connections), and falls back to :meth:`MessageStream.send` (which waits)
+    while it does not.
+    """
+
+    def write_now(self, messages: Sequence[bytes], frames: FrameCache) -> bool:
+        """Write ``messages`` at once if the transport takes them without waiting
+        (open, not paused by flow control); ``False``, writing nothing, if not.
+
+        ``frames`` is shared by the connections of one flush with streams of
+        the same class (see :data:`FrameCache`).  Raises :class:`EndOfStream`
+        or ``OSError`` if the transport is gone.
+        """
+        ...
+
+
 class _SendBudget:
     """The bytes being sent to all connections at once (each send copies its message).
 
@@ -256,20 +294,35 @@ class _Peer:
         """Bytes in the queue and in the send under way (what the budgets count)."""
         self.sending_since: float | None = None
         """When the send under way started (loop time); ``None``: none is."""
+        self.direct = stream.write_now if isinstance(stream, DirectStream) else None
+        self.kind = type(stream)
         self.wake = asyncio.Event()
         self.finished = asyncio.Event()
         self.draining = False
         self.close_reason: CloseReason | None = None
         self.close_message = ""
 
-    def pull(self) -> None:
-        """Move what the host queued for this connection into the send queue."""
+    def pull(self, frames: dict[type, FrameCache]) -> None:
+        """Hand what the host queued for this connection to its transport, or queue it."""
         if self.finished.is_set():
             self.conn.data_to_send()
             return
         data = self.conn.data_to_send()
         if not data:
             return
+        direct = self.direct
+        if (direct is not None and not self.queue and self.sending_since is None
+                and not self.draining):
+            # nothing waits before these: they may overtake nothing
+            cache = frames.get(self.kind)
+            if cache is None:
+                cache = frames[self.kind] = {}
+            try:
+                if sum(map(len, data)) <= DIRECT_WRITE_LIMIT and direct(data, cache):
+                    return
+            except (EndOfStream, OSError) as e:
+                self.finish(None, f"the transport failed while sending: {e}")
+                return
         limits = self.server.limits
         added = 0
         for message in data:
@@ -328,6 +381,8 @@ class _Peer:
         try:
             while not self.finished.is_set():
                 while self.queue and not self.finished.is_set():
+                    if self.direct is not None and self._write_queued():
+                        continue
                     size = len(self.queue[0])
                     await budget.acquire(size)
                     try:
@@ -354,6 +409,26 @@ class _Peer:
         except Exception:
             log.exception("connection #%d: the writer failed", self.conn.number)
             self.drop(CloseReason.INTERNAL, "internal error in the host")
+
+    def _write_queued(self) -> bool:
+        """Hand the transport the queue's head, up to :data:`DIRECT_WRITE_LIMIT` bytes, in
+        one write if it takes them without waiting; ``False`` if it does not."""
+        assert self.direct is not None
+        queue = self.queue
+        batch = [queue[0]]
+        size = len(batch[0])
+        for message in itertools.islice(queue, 1, None):
+            if size + len(message) > DIRECT_WRITE_LIMIT:
+                break
+            batch.append(message)
+            size += len(message)
+        if not self.direct(batch, {}):
+            return False
+        for _ in batch:
+            queue.popleft()
+        self.queued_bytes -= size
+        self.server._queued_bytes -= size
+        return True
 
     async def read_loop(self) -> None:
         conn = self.conn
@@ -397,9 +472,10 @@ class HostServer:
         *,
         limits: ServerLimits | None = None,
         commit_interval: float = 0.002,
+        send_interval: float = 0.001,
     ) -> None:
-        if commit_interval < 0:
-            raise LocalProtocolError("commit_interval must not be negative")
+        if commit_interval < 0 or send_interval < 0:
+            raise LocalProtocolError("commit_interval and send_interval must not be negative")
         self._host = host
         self.handler = handler
         self.commit_interval = commit_interval
@@ -407,8 +483,16 @@ class HostServer:
         in.  A change after a quiet spell is committed (and sent) at once; during a
         stream, what comes within the interval waits for one commit together, so
         a stream costs a commit per interval, not per action (group commit)."""
+        self.send_interval = send_interval
+        """The least time between two flushes while messages stream in (without a
+        store, or with nothing to commit).  A message after a quiet spell is sent
+        at once; during a stream, what comes within the interval goes out
+        together: one write per connection per interval, not per message, which
+        is what makes a fan-out cheaper than a broadcast per message.  ``0``:
+        every flush sends at once."""
         self._last_commit = -math.inf
-        self._commit_timer: asyncio.TimerHandle | None = None
+        self._last_send = -math.inf
+        self._flush_timer: asyncio.TimerHandle | None = None
         self.limits = limits if limits is not None else ServerLimits()
         if limits is not None:
             # a host built with budgets of its own keeps them unless the server is given some
@@ -490,7 +574,7 @@ class HostServer:
             # a handler calling flush() from inside flush(): the outer loop goes on
             return
         if not self._commit_due():
-            return  # the commit timer flushes
+            return  # the flush timer flushes
         self._flushing = True
         try:
             while True:
@@ -499,8 +583,11 @@ class HostServer:
                 self._host.commit()
                 for event in self._host.events():
                     self._handle(event)
+                if not self._send_due():
+                    break  # the flush timer sends
+                frames: dict[type, FrameCache] = {}
                 for peer in tuple(self._peers.values()):
-                    peer.pull()
+                    peer.pull(frames)
                 # an overflow closes its connection, which queues a ConnectionClosed event
                 late = self._host.next_event()
                 if late is None:
@@ -510,26 +597,38 @@ class HostServer:
             self._flushing = False
 
     def _commit_due(self) -> bool:
-        """Whether to commit (and send) now: ``False`` when the last commit was less than
-        ``commit_interval`` ago and changes wait; a timer then flushes them."""
-        host = self._host
-        if not host.uncommitted or self._closing:
+        """Whether to commit (and go on) now: ``False`` when the last commit was less than
+        ``commit_interval`` ago and changes wait; the flush timer comes back then."""
+        if not self._host.uncommitted or self._closing:
             return True
+        return self._due("_last_commit", self.commit_interval)
+
+    def _send_due(self) -> bool:
+        """Whether to hand the connections what waits for them now: ``False`` when the
+        last time was less than ``send_interval`` ago; the flush timer comes back then."""
+        if self._closing:
+            return True
+        return self._due("_last_send", self.send_interval)
+
+    def _due(self, last: Literal["_last_commit", "_last_send"], interval: float) -> bool:
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return True  # no loop, no timer: at once
         now = loop.time()
-        due = self._last_commit + self.commit_interval
+        due = getattr(self, last) + interval
         if now >= due:
-            self._last_commit = now
+            setattr(self, last, now)
             return True
-        if self._commit_timer is None:
-            self._commit_timer = loop.call_at(due, self._commit_later)
+        timer = self._flush_timer
+        if timer is None or timer.when() > due:
+            if timer is not None:
+                timer.cancel()
+            self._flush_timer = loop.call_at(due, self._flush_later)
         return False
 
-    def _commit_later(self) -> None:
-        self._commit_timer = None
+    def _flush_later(self) -> None:
+        self._flush_timer = None
         self.flush()
 
     def _handle(self, event: Event) -> None:
@@ -667,9 +766,9 @@ class HostServer:
         (default: twice the close timeout) the remaining transports are aborted.
         """
         self._closing = True
-        if self._commit_timer is not None:
-            self._commit_timer.cancel()
-            self._commit_timer = None
+        if self._flush_timer is not None:
+            self._flush_timer.cancel()
+            self._flush_timer = None
         if self._recheck is not None:
             self._recheck.cancel()
             self._recheck = None

@@ -23,16 +23,18 @@ import asyncio
 import inspect
 import logging
 import ssl as _ssl
+from collections.abc import Sequence
 from http import HTTPStatus
 from typing import Final
 
 from .access import AccessPolicy, is_loopback
-from .server import CloseReason, EndOfStream, HostServer, MessageRefused
+from .server import CloseReason, EndOfStream, FrameCache, HostServer, MessageRefused
 
 try:
     from websockets.asyncio.server import Server, ServerConnection, serve
     from websockets.exceptions import ConnectionClosed
     from websockets.http11 import Request, Response
+    from websockets.protocol import State
 except ImportError as e:  # pragma: no cover - exercised in a subprocess
     raise ImportError(
         "agenthost_protocol.aio.websocket needs the websockets package (13 or later): "
@@ -55,6 +57,17 @@ _MESSAGE_TOO_BIG: Final = 1009
 # websockets 14 and later send bytes as a text frame when asked (13 needs a str)
 _BYTES_AS_TEXT: Final = "text" in inspect.signature(ServerConnection.send).parameters
 _MAX_REASON_BYTES: Final = 123  # RFC 6455: a close frame's payload is at most 125 bytes
+
+
+def _text_frame(message: bytes) -> bytes:
+    """``message`` as one unmasked, uncompressed text frame (RFC 6455 section 5.2): what a
+    server sends, the same to every client that negotiated no extension."""
+    size = len(message)
+    if size < 126:
+        return bytes((0x81, size)) + message
+    if size < 65536:
+        return b"\x81\x7e" + size.to_bytes(2, "big") + message
+    return b"\x81\x7f" + size.to_bytes(8, "big") + message
 
 
 def _reason(text: str) -> str:
@@ -106,6 +119,32 @@ class WebSocketStream:
                 await self._ws.send(data.decode("utf-8"))
         except ConnectionClosed as e:
             raise EndOfStream(_describe(e)) from None
+
+    def write_now(self, messages: Sequence[bytes], frames: FrameCache) -> bool:
+        """All of ``messages`` in one write to the socket, unless flow control holds it
+        (see :class:`~agenthost_protocol.aio.DirectStream`)."""
+        ws = self._ws
+        transport = ws.transport
+        if ws.paused or ws.protocol.state is not State.OPEN or transport.is_closing():
+            return False
+        if ws.protocol.extensions:
+            # compressed per connection: websockets' own framing, still one write
+            protocol = ws.protocol
+            for message in messages:
+                protocol.send_text(message)
+            transport.write(b"".join(protocol.data_to_send()))
+            return True
+        out = []
+        for message in messages:
+            hit = frames.get(id(message))
+            if hit is None or hit[0] is not message:
+                frame = _text_frame(message)
+                frames[id(message)] = (message, frame)
+            else:
+                frame = hit[1]
+            out.append(frame)
+        transport.write(out[0] if len(out) == 1 else b"".join(out))
+        return True
 
     async def close(self, reason: CloseReason, message: str) -> None:
         await self._ws.close(_CLOSE_CODES[reason], _reason(message))

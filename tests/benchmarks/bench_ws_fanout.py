@@ -26,12 +26,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
+import functools
 import json
 import os
+import pstats
+import re
 import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 CHAT = "ahp-chat:/bench"
@@ -53,7 +58,7 @@ def _envelope(seq: int) -> str:
 
 # -- servers (each a process of its own) ----------------------------------------------------
 
-async def _serve_host(clients: int, deltas: int, compression: str) -> None:
+async def _serve_host(clients: int, deltas: int, compression: str, times: str) -> None:
     from agenthost_protocol import types as t
     from agenthost_protocol.aio.server import HostServer, ServerLimits
     from agenthost_protocol.aio.websocket import serve_websocket
@@ -85,18 +90,21 @@ async def _serve_host(clients: int, deltas: int, compression: str) -> None:
     print(endpoint.url, flush=True)
     await joined.wait()
     delta = t.ChatDeltaAction(turn_id=TURN, part_id=PART, content="eight ch")
+    sent = []
     start_wall, start_cpu = time.time(), _cpu()
     for _ in range(deltas):
+        sent.append(time.time())
         host.dispatch(CHAT, delta)
         server.flush()
         await asyncio.sleep(0)
+    _write_times(times, sent)
     await _drained(lambda: server.queued_bytes == 0)
     print(json.dumps({"start": start_wall, "cpu": _cpu() - start_cpu}), flush=True)
     await server.wait_idle()
     await endpoint.close()
 
 
-async def _serve_bare(clients: int, deltas: int, compression: str) -> None:
+async def _serve_bare(clients: int, deltas: int, compression: str, times: str) -> None:
     from websockets.asyncio.server import ServerConnection, broadcast, serve
 
     connections: set[ServerConnection] = set()
@@ -119,10 +127,13 @@ async def _serve_bare(clients: int, deltas: int, compression: str) -> None:
         port = next(iter(srv.sockets)).getsockname()[1]
         print(f"ws://127.0.0.1:{port}", flush=True)
         await joined.wait()
+        sent = []
         start_wall, start_cpu = time.time(), _cpu()
         for frame in frames:
+            sent.append(time.time())
             broadcast(connections, frame)
             await asyncio.sleep(0)
+        _write_times(times, sent)
 
         def empty() -> bool:
             return all(ws.transport.get_write_buffer_size() == 0 for ws in connections)
@@ -134,6 +145,24 @@ async def _serve_bare(clients: int, deltas: int, compression: str) -> None:
             await asyncio.sleep(0.01)
 
 
+def _write_times(path: str, sent: list[float]) -> None:
+    """When each delta was dispatched (``sent[i]``: serverSeq ``i + 3``), for the clients."""
+    with open(path + ".tmp", "w") as out:
+        json.dump(sent, out)
+    os.replace(path + ".tmp", path)
+
+
+def _read_times(path: str) -> list[float]:
+    deadline = time.monotonic() + 120
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no dispatch times in {path}")
+        time.sleep(0.01)
+    with open(path) as f:
+        times: list[float] = json.load(f)
+    return times
+
+
 async def _drained(empty: object) -> None:
     assert callable(empty)
     while not empty():
@@ -142,58 +171,94 @@ async def _drained(empty: object) -> None:
 
 # -- clients --------------------------------------------------------------------------------
 
-async def _clients(url: str, count: int, deltas: int, mode: str) -> None:
+_SEQ = re.compile(r'"serverSeq":(\d+)')
+
+
+async def _clients(url: str, count: int, deltas: int, mode: str, *, times: str,
+                   window: int) -> None:
     from websockets.asyncio.client import connect
 
     last = 0.0
 
-    async def one(number: int) -> None:
+    async def one(number: int) -> list[tuple[int, float]]:
         nonlocal last
+        arrivals: list[tuple[int, float]] = []
         async with connect(url, max_size=None, ping_interval=None) as ws:
             if mode == "host":
                 await ws.send(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize",
                                           "params": {"protocolVersions": ["0.7.0"],
                                                      "clientId": f"c{os.getpid()}-{number}",
                                                      "initialSubscriptions": [CHAT]}}))
+                if window:
+                    await ws.send(json.dumps({
+                        "jsonrpc": "2.0", "id": 2, "method": "subscribe", "params": {
+                            "channel": CHAT, "delivery": {"maxLatencyMs": window}}}))
             seen = 0
-            while seen < deltas:
+            final = deltas + 2
+            while seen < final:
                 data = await ws.recv()
+                assert isinstance(data, str)
                 if "chat/delta" in data:
-                    seen += 1
+                    match = _SEQ.search(data)
+                    assert match is not None
+                    seen = int(match[1])
+                    arrivals.append((seen, time.time()))
             last = max(last, time.time())
+        return arrivals
 
-    await asyncio.gather(*(one(n) for n in range(count)))
-    print(json.dumps({"last": last}), flush=True)
+    received = await asyncio.gather(*(one(n) for n in range(count)))
+    sent = _read_times(times)
+    latencies: list[float] = []
+    for arrivals in received:
+        # a frame carries every delta after the one the frame before ended with
+        previous = 2
+        for seq, arrived in arrivals:
+            latencies.extend(arrived - sent[k - 3] for k in range(previous + 1, seq + 1))
+            previous = seq
+    latencies.sort()
+    step = max(1, len(latencies) // 20_000)
+    print(json.dumps({"last": last, "frames": sum(map(len, received)),
+                      "latencies": latencies[::step]}), flush=True)
 
 
 # -- the run --------------------------------------------------------------------------------
 
-def _round(mode: str, clients: int, deltas: int, processes: int, compression: str
-           ) -> tuple[float, float]:
-    server = subprocess.Popen(
-        [sys.executable, "-m", "tests.benchmarks.bench_ws_fanout", f"--serve-{mode}",
-         "--clients", str(clients), "--deltas", str(deltas), "--compression", compression],
-        stdout=subprocess.PIPE, text=True)
-    assert server.stdout is not None
-    url = server.stdout.readline().strip()
-    shares = [clients // processes + (1 if i < clients % processes else 0)
-              for i in range(processes)]
-    readers = [subprocess.Popen(
-        [sys.executable, "-m", "tests.benchmarks.bench_ws_fanout", "--client", url,
-         "--count", str(share), "--deltas", str(deltas), "--mode", mode],
-        stdout=subprocess.PIPE, text=True) for share in shares if share]
-    try:
-        figures = json.loads(server.stdout.readline())
-        last = max(json.loads(proc.communicate(timeout=600)[0])["last"] for proc in readers)
-        server.wait(60)
-    finally:
-        for proc in (server, *readers):
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    rate = deltas / max(last - figures["start"], 1e-9)
-    cpu_per_k = figures["cpu"] / (deltas * clients / 1000) * 1000
-    return rate, cpu_per_k
+def _round(args: argparse.Namespace, mode: str, clients: int) -> dict[str, float]:
+    processes = min(args.processes, clients)
+    with tempfile.TemporaryDirectory() as scratch:
+        times = os.path.join(scratch, "sent.json")
+        common = ["--deltas", str(args.deltas), "--times", times]
+        server = subprocess.Popen(
+            [sys.executable, "-m", "tests.benchmarks.bench_ws_fanout", f"--serve-{mode}",
+             "--clients", str(clients), "--compression", args.compression, *common,
+             *(["--profile", args.profile] if args.profile and mode == "host" else [])],
+            stdout=subprocess.PIPE, text=True)
+        assert server.stdout is not None
+        url = server.stdout.readline().strip()
+        shares = [clients // processes + (1 if i < clients % processes else 0)
+                  for i in range(processes)]
+        readers = [subprocess.Popen(
+            [sys.executable, "-m", "tests.benchmarks.bench_ws_fanout", "--client", url,
+             "--count", str(share), "--mode", mode, "--window", str(args.window), *common],
+            stdout=subprocess.PIPE, text=True) for share in shares if share]
+        try:
+            figures = json.loads(server.stdout.readline())
+            outputs = [json.loads(proc.communicate(timeout=600)[0]) for proc in readers]
+            server.wait(60)
+        finally:
+            for proc in (server, *readers):
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+    last = max(out["last"] for out in outputs)
+    latencies = sorted(x for out in outputs for x in out["latencies"])
+    return {
+        "rate": args.deltas / max(last - figures["start"], 1e-9),
+        "cpu": figures["cpu"] / (args.deltas * clients / 1000) * 1000,
+        "p50": latencies[len(latencies) // 2] * 1000,
+        "p99": latencies[min(len(latencies) - 1, len(latencies) * 99 // 100)] * 1000,
+        "frames": sum(out["frames"] for out in outputs) / clients,
+    }
 
 
 def main() -> None:
@@ -203,36 +268,51 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--compression", choices=("none", "deflate"), default="none")
+    parser.add_argument("--window", type=int, default=0, metavar="MS",
+                        help="host clients subscribe with delivery.maxLatencyMs=MS")
+    parser.add_argument("--profile", metavar="FILE",
+                        help="profile the host server, its statistics written to FILE")
     parser.add_argument("--serve-host", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--serve-bare", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--client", help=argparse.SUPPRESS)
     parser.add_argument("--count", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--mode", default="host", help=argparse.SUPPRESS)
+    parser.add_argument("--times", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.serve_host:
-        asyncio.run(_serve_host(args.clients[0], args.deltas, args.compression))
-        return
-    if args.serve_bare:
-        asyncio.run(_serve_bare(args.clients[0], args.deltas, args.compression))
+    if args.serve_host or args.serve_bare:
+        serve = _serve_host if args.serve_host else _serve_bare
+        run = functools.partial(asyncio.run, serve(args.clients[0], args.deltas,
+                                                   args.compression, args.times))
+        if not args.profile:
+            run()
+            return
+        profile = cProfile.Profile()
+        profile.runcall(run)
+        with open(args.profile, "w") as out:
+            pstats.Stats(profile, stream=out).sort_stats("tottime").print_stats(40)
         return
     if args.client:
-        asyncio.run(_clients(args.client, args.count, args.deltas, args.mode))
+        asyncio.run(_clients(args.client, args.count, args.deltas, args.mode,
+                             times=args.times, window=args.window))
         return
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs; {args.deltas:,} deltas, "
-          f"compression {args.compression}, clients in {args.processes} processes, median of "
-          f"{args.rounds}")
+          f"compression {args.compression}, window {args.window} ms, clients in "
+          f"{args.processes} processes, median of {args.rounds}")
     print(f"{'K':>4} {'server':>6} {'deltas/s':>10} {'CPU ms/1k delivered':>20} "
-          f"{'host / bare':>12}")
+          f"{'host / bare':>12} {'p50 ms':>8} {'p99 ms':>8} {'frames/client':>14}")
     for clients in args.clients:
         cpu: dict[str, float] = {}
         for mode in ("bare", "host"):
-            results = [_round(mode, clients, args.deltas, min(args.processes, clients),
-                              args.compression) for _ in range(args.rounds)]
-            rate = statistics.median(r for r, _ in results)
-            cpu[mode] = statistics.median(c for _, c in results)
+            results = [_round(args, mode, clients) for _ in range(args.rounds)]
+
+            def median(key: str, results: list[dict[str, float]] = results) -> float:
+                return statistics.median(r[key] for r in results)
+
+            cpu[mode] = median("cpu")
             ratio = f"{cpu['host'] / cpu['bare']:.2f}x" if mode == "host" else ""
-            print(f"{clients:>4} {mode:>6} {rate:>10,.0f} {cpu[mode]:>20.1f} {ratio:>12}",
-                  flush=True)
+            print(f"{clients:>4} {mode:>6} {median('rate'):>10,.0f} {cpu[mode]:>20.1f} "
+                  f"{ratio:>12} {median('p50'):>8.2f} {median('p99'):>8.2f} "
+                  f"{median('frames'):>14,.0f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -18,9 +18,10 @@ import logging
 import os
 import sys
 import threading
+from collections.abc import Sequence
 from typing import IO, Protocol
 
-from .server import CloseReason, EndOfStream, HostServer, MessageRefused
+from .server import CloseReason, EndOfStream, FrameCache, HostServer, MessageRefused
 
 __all__ = ["ByteSink", "ByteSource", "LineStream", "serve_stdio", "serve_streams"]
 
@@ -104,6 +105,30 @@ class LineStream:
         self._buffer.clear()
         self._scanned = 0
         return MessageRefused(f"message larger than {self._max} bytes")
+
+    def write_now(self, messages: Sequence[bytes], frames: FrameCache) -> bool:
+        """All of ``messages`` in one write, unless the output's flow control holds it
+        (see :class:`~agenthost_protocol.aio.DirectStream`); a sink without a
+        transport to ask is always written through :meth:`send`."""
+        transport = getattr(self._writer, "transport", None)
+        if not isinstance(transport, asyncio.WriteTransport) or transport.is_closing():
+            return False
+        if transport.get_write_buffer_size() > transport.get_write_buffer_limits()[1]:
+            return False  # paused: send() waits for it to drain
+        out = []
+        for message in messages:
+            hit = frames.get(id(message))
+            if hit is None or hit[0] is not message:
+                line = message + b"\n"
+                frames[id(message)] = (message, line)
+            else:
+                line = hit[1]
+            out.append(line)
+        try:
+            self._writer.write(out[0] if len(out) == 1 else b"".join(out))
+        except RuntimeError as e:
+            raise EndOfStream(f"output failed: {e}") from None
+        return True
 
     async def send(self, data: bytes) -> None:
         try:

@@ -28,12 +28,14 @@ from agenthost_protocol.aio import HostServer, ServerLimits, serve_websocket
 from agenthost_protocol.aio.serve import ServeOptions, build_demo_server
 from agenthost_protocol.aio.websocket import WebSocketServer
 from agenthost_protocol.client import Reconnected, RequestFailed, ResponseReceived
+from agenthost_protocol.host import Host
 
 from ._aio_peer import ROOT, TIMEOUT, USER, Peer, rebind, ws_peer
 
 SESSION = "ahp-session:/s1"
 CHAT = "ahp-chat:/s1"
 NOW = 1_767_225_600_000
+_ISO = "2026-01-01T00:00:00.000Z"
 
 
 def clock() -> int:
@@ -446,3 +448,53 @@ def test_compression_is_configurable_and_off_on_loopback_by_default(
             await endpoint.close()
 
     asyncio.run(asyncio.wait_for(main(), 30))
+
+
+def test_a_subscription_with_a_delivery_window_gets_deltas_merged_over_a_socket() -> None:
+    # the host's clock stands still (``clock``): the server's own timer releases them
+    async def main() -> None:
+        host = Host(clock=clock, root=t.RootState(agents=()))
+        host.add_channel(CHAT, t.ChatState(
+            resource=CHAT, title="c", status=t.SessionStatus.IDLE, modified_at=_ISO,
+            turns=()))
+        host.dispatch(CHAT, t.ChatTurnStartedAction(
+            turn_id="t1", started_at=_ISO, message=t.Message(text="hi", origin=USER)))
+        host.dispatch(CHAT, t.ChatResponsePartAction(
+            turn_id="t1", part=t.MarkdownResponsePart(id="md", content="")))
+        server = HostServer(host)
+        endpoint = await serve_websocket(server, "127.0.0.1", 0)
+        try:
+            windowed, plain = await raw(endpoint.url), await raw(endpoint.url)
+            for n, ws in enumerate((windowed, plain)):
+                await ws.send(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                                          "params": {"protocolVersions": ["0.7.0"],
+                                                     "clientId": f"c{n}"}}))
+                await recv_json(ws)
+                delivery = {"delivery": {"maxLatencyMs": 30}} if ws is windowed else {}
+                await ws.send(json.dumps({"jsonrpc": "2.0", "id": 2, "method": "subscribe",
+                                          "params": {"channel": CHAT, **delivery}}))
+                assert "snapshot" in (await recv_json(ws))["result"]
+            words = [f"w{n} " for n in range(50)]
+            for word in words:
+                host.dispatch(CHAT, t.ChatDeltaAction(turn_id="t1", part_id="md",
+                                                      content=word))
+                server.flush()
+                await asyncio.sleep(0.001)
+            host.dispatch(CHAT, t.ChatTurnCompleteAction(turn_id="t1", duration=1))
+            server.flush()
+            for ws, most in ((windowed, 25), (plain, 51)):
+                texts: list[str] = []
+                while True:
+                    params = (await recv_json(ws))["params"]
+                    if params["action"]["type"] == "chat/turnComplete":
+                        break
+                    texts.append(params["action"]["content"])
+                assert "".join(texts) == "".join(words)
+                assert len(texts) <= most
+            assert host.next_delivery() is None
+            for ws in (windowed, plain):
+                await ws.close()
+        finally:
+            await endpoint.close()
+
+    run(main())

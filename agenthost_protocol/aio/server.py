@@ -436,7 +436,8 @@ class _Peer:
             while not conn.closed:
                 data = await self.stream.receive()
                 conn.receive_data(data)
-                self.server.flush()
+                # a client's input is answered at once, and the budgets checked at once
+                self.server._flush(defer_send=False)
         except EndOfStream as e:
             log.debug("connection #%d: %s", conn.number, e.reason)
             if e.drain and not conn.closed:
@@ -493,6 +494,7 @@ class HostServer:
         self._last_commit = -math.inf
         self._last_send = -math.inf
         self._flush_timer: asyncio.TimerHandle | None = None
+        self._delivery_timer: asyncio.TimerHandle | None = None
         self.limits = limits if limits is not None else ServerLimits()
         if limits is not None:
             # a host built with budgets of its own keeps them unless the server is given some
@@ -567,9 +569,15 @@ class HostServer:
         """Handle the host's pending events, then queue what every connection must send.
 
         Call it after anything that changes the host from outside a
-        connection (an agent's step, ``host.dispatch``); the server calls it
-        after every message it receives.
+        connection (an agent's step, ``host.dispatch``); the server does it
+        after every message it receives.  While such flushes stream in, what
+        they queue is handed to the transports at most once per
+        ``send_interval`` (a timer does the last); a client's own input is
+        answered at once.
         """
+        self._flush(defer_send=True)
+
+    def _flush(self, *, defer_send: bool) -> None:
         if self._flushing:
             # a handler calling flush() from inside flush(): the outer loop goes on
             return
@@ -583,8 +591,9 @@ class HostServer:
                 self._host.commit()
                 for event in self._host.events():
                     self._handle(event)
-                if not self._send_due():
+                if not self._send_due(defer_send):
                     break  # the flush timer sends
+                self._host.deliver_due()
                 frames: dict[type, FrameCache] = {}
                 for peer in tuple(self._peers.values()):
                     peer.pull(frames)
@@ -595,6 +604,30 @@ class HostServer:
                 self._handle(late)
         finally:
             self._flushing = False
+        self._schedule_delivery()
+
+    def _schedule_delivery(self) -> None:
+        """A timer for the deltas the host holds to merge (``delivery.maxLatencyMs``)."""
+        due = self._host.next_delivery()
+        if due is None or self._closing:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        when = loop.time() + max(0, due - self._host.now()) / 1000
+        timer = self._delivery_timer
+        if timer is not None:
+            if timer.when() <= when:
+                return
+            timer.cancel()
+        self._delivery_timer = loop.call_at(when, self._deliver_later, due)
+
+    def _deliver_later(self, due: int) -> None:
+        self._delivery_timer = None
+        # by the loop's clock the window has passed, whatever the host's clock says
+        self._host.deliver_due(until=due)
+        self.flush()
 
     def _commit_due(self) -> bool:
         """Whether to commit (and go on) now: ``False`` when the last commit was less than
@@ -603,10 +636,10 @@ class HostServer:
             return True
         return self._due("_last_commit", self.commit_interval)
 
-    def _send_due(self) -> bool:
+    def _send_due(self, defer: bool) -> bool:
         """Whether to hand the connections what waits for them now: ``False`` when the
         last time was less than ``send_interval`` ago; the flush timer comes back then."""
-        if self._closing:
+        if self._closing or not defer:
             return True
         return self._due("_last_send", self.send_interval)
 
@@ -766,9 +799,10 @@ class HostServer:
         (default: twice the close timeout) the remaining transports are aborted.
         """
         self._closing = True
-        if self._flush_timer is not None:
-            self._flush_timer.cancel()
-            self._flush_timer = None
+        for timer in (self._flush_timer, self._delivery_timer):
+            if timer is not None:
+                timer.cancel()
+        self._flush_timer = self._delivery_timer = None
         if self._recheck is not None:
             self._recheck.cancel()
             self._recheck = None

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections import deque
 from enum import Enum
-from typing import Protocol, TypeAlias, TypeVar, overload
+from typing import TYPE_CHECKING, Protocol, TypeAlias, TypeVar, overload
 
 from attrs import field, frozen
 
@@ -26,6 +26,9 @@ from ..types.error_codes import (
     UnsupportedProtocolVersionErrorData,
 )
 from .limits import HostLimits
+
+if TYPE_CHECKING:
+    from .coalescing import Held
 
 __all__ = ["ConnectionState", "ErrorData", "HostConnection", "HostSide"]
 
@@ -78,6 +81,8 @@ class HostSide(Protocol):
 
     def _before_send(self) -> None: ...
 
+    def _unhold(self, group: Held) -> None: ...
+
     def _answered(
         self, conn: HostConnection, request_id: t.JsonRpcId, method: str, data: bytes
     ) -> None: ...
@@ -104,6 +109,10 @@ class HostConnection:
         self._dispatched = False
         """Whether any action came on this connection (a reason to remember the client)."""
         self._outbox: list[bytes] = []
+        self._windows: dict[str, int] = {}
+        """Per subscribed channel, the ``delivery.maxLatencyMs`` asked for (when over 0)."""
+        self._held: Held | None = None
+        """The deltas held for this connection to merge, newer than all of its outbox."""
         self._pending: dict[int, str] = {}
         self._next_id = 0
 
@@ -167,7 +176,7 @@ class HostConnection:
         request_id = self._next_id
         self._pending[request_id] = name
         msg = t.JsonRpcRequest(id=request_id, method=name, params=params)
-        self._outbox.append(wire.dumps(msg).encode("utf-8"))
+        self._queue(wire.dumps(msg).encode("utf-8"))
         return request_id
 
     def close(self, reason: str = "closed by the host") -> None:
@@ -176,12 +185,15 @@ class HostConnection:
 
     def connection_lost(self) -> None:
         """The transport is gone: what is queued is dropped."""
-        self._outbox.clear()
         self._host._close(self, "connection lost")
+        self._outbox.clear()
 
     # -- the host's side --
 
     def _queue(self, data: bytes) -> None:
+        if self._held is not None:
+            # what is held goes first: coalescing never reorders
+            self._host._unhold(self._held)
         if self.state is not ConnectionState.CLOSED:
             self._outbox.append(data)
 

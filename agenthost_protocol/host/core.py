@@ -60,6 +60,7 @@ from ..versions import (
     negotiate_protocol_version,
 )
 from . import sessions
+from .coalescing import Coalescer, Held, is_mergeable
 from .commands import Commands
 from .connection import Claim, ConnectionState, HostConnection
 from .content import CONTENT_SCHEME, ContentStore, by_reference
@@ -259,6 +260,8 @@ class Host(Commands, Durable):
         self._held: dict[int, tuple[ClientAction, HostConnection]] = {}
         self._actions = 0
         self._views = sessions.ViewBook()
+        self._coalescer = Coalescer(encode_envelope)
+        self._coalescer.tracking = store is not None
         self._numbers = 0
         self._default_directory = default_directory
         self._completion_trigger_characters = completion_trigger_characters
@@ -368,6 +371,7 @@ class Host(Commands, Durable):
     def _close(self, conn: HostConnection, reason: str) -> None:
         if conn.state is ConnectionState.CLOSED:
             return
+        self._coalescer.leave(conn)
         was_open = conn.state is ConnectionState.OPEN
         conn.state = ConnectionState.CLOSED
         conn._claim = None
@@ -462,8 +466,11 @@ class Host(Commands, Durable):
                 table.pop(uri, None)
         del self._states[uri]
         self.content.release(uri)
+        # what was held of it was sent before the removal: it goes now
+        self._coalescer.release_channel(uri)
         for conn in self._subscribers.pop(uri, {}):
             conn._subscriptions.pop(uri, None)
+            conn._windows.pop(uri, None)
         self._sessions.forget_channel(uri)
         self._views.drop_chat(uri)
 
@@ -567,6 +574,10 @@ class Host(Commands, Durable):
             # a client's reconciler refuses envelopes of channels it does not
             # track, so a dispatcher that is not subscribed learns nothing
             recipients = tuple(conn for conn in subscribers if conn.client_id == only_to)
+        coalescer = self._coalescer
+        mergeable = only_to is None and is_mergeable(envelope)
+        if not mergeable and coalescer.holds(channel):
+            coalescer.release_channel(channel)  # what was held goes before this
         known: dict[str | None, bool] = {}
         for conn in recipients:
             version = conn.protocol_version
@@ -577,8 +588,32 @@ class Host(Commands, Durable):
                     action, version
                 )
             if known[version]:
-                conn._queue(data)
+                windows = conn._windows
+                window = windows.get(channel, 0) if windows and mergeable else 0
+                if window:
+                    coalescer.hold(conn, window, envelope, data, now=self._clock(),
+                                   limit=self._limits.max_message_size // 2)
+                else:
+                    conn._queue(data)
         return envelope
+
+    def _unhold(self, group: Held) -> None:
+        self._coalescer.release(group)
+
+    def deliver_due(self, *, until: int | None = None) -> None:
+        """Queue the deltas held for coalescing whose window has passed by ``until``
+        (epoch ms; the host's clock when ``None``).
+
+        Only subscriptions with ``delivery.maxLatencyMs`` hold any; an
+        embedder calls this when :meth:`next_delivery` says
+        (``HostServer`` does, by its own timer).
+        """
+        if self._coalescer:
+            self._coalescer.release_due(self._clock() if until is None else until)
+
+    def next_delivery(self) -> int | None:
+        """The epoch ms by which :meth:`deliver_due` must be called, or ``None``."""
+        return self._coalescer.next_due()
 
     def notify(self, method: str, params: ProtocolNotificationParams) -> None:
         """Send a protocol notification to the subscribers of ``params.channel``.
@@ -710,6 +745,12 @@ class Host(Commands, Durable):
             conn._subscriptions.pop(params.channel, None)
             self._subscribers.get(params.channel, {}).pop(conn, None)
             client_id = conn.client_id
+            if conn._windows.pop(params.channel, None) is not None:
+                held = conn._held
+                if held is not None and held.channel == params.channel:
+                    self._coalescer.release(held)
+                if client_id is not None:
+                    self._coalescer.clear_window(client_id, params.channel)
             session = self._states.get(params.channel)
             if client_id is not None and not self._connected(client_id, params.channel):
                 self._views.drop(client_id, params.channel)
@@ -830,6 +871,7 @@ class Host(Commands, Durable):
         self._open(conn, params.client_id, version)
         # a fresh start: whatever views the client had are gone with its state
         self._views.drop_client(params.client_id)
+        self._coalescer.forget_client(params.client_id)
         snapshots = []
         for uri in wanted:
             if uri in self._states:
@@ -874,6 +916,7 @@ class Host(Commands, Durable):
         for forgotten in evicted:
             # it can only initialize afresh now, which would drop them anyway
             self._views.drop_client(forgotten)
+            self._coalescer.forget_client(forgotten)
         journal = self._journal
         if journal is not None:
             for gone in evicted:
@@ -969,6 +1012,7 @@ class Host(Commands, Durable):
         if not conn._send_result(request_id, result):
             self._close(conn, "the reconnect answer was over the message limit")
             return
+        self._coalescer.restore_windows(params.client_id, conn)
         listed = set(wanted)
         for session in self._active_in(params.client_id):
             if session not in listed:
@@ -999,6 +1043,12 @@ class Host(Commands, Durable):
                 snapshot = self._trimmed(client_id, snapshot, params.view)
         if conn._send_result(request_id, t.SubscribeResult(snapshot=snapshot)):
             self._subscribe_to(conn, uri)
+            delivery = params.delivery
+            wanted = 0 if delivery is None else delivery.max_latency_ms or 0
+            # advisory (the spec): a window past the host's is the host's
+            window = max(0, min(wanted, self._limits.max_delivery_latency_ms))
+            if window or uri in conn._windows:
+                self._coalescer.set_window(client_id, conn, uri, window)
         elif client_id is not None:
             self._views.drop(client_id, uri)
 
@@ -1298,6 +1348,7 @@ class Host(Commands, Durable):
                     out.extend(self.remove_active_client(uri, client_id))
         for client_id in self._clients.prune(now, self._connected):
             self._views.drop_client(client_id)
+            self._coalescer.forget_client(client_id)
             if self._journal is not None:  # nor kept on disk: a restart would revive it
                 self._journal.clients.pop(client_id, None)
                 self._journal.forgotten[client_id] = None

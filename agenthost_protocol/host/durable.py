@@ -23,6 +23,7 @@ from ..channels import ROOT_CHANNEL
 from ..errors import ProtocolError
 from ..types.error_codes import JsonRpcErrorCode
 from . import sessions
+from .coalescing import Coalescer
 from .connection import HostConnection
 from .content import ContentStore, StoredContent
 from .events import ClientActionApplied, Event, StoreFailed
@@ -79,6 +80,7 @@ class Durable:
     _cut: list[tuple[str, str]]
     _subscribers: dict[str, dict[HostConnection, None]]
     _connections: dict[HostConnection, None]
+    _coalescer: Coalescer
     _events: deque[Event]
     _grace: int | None
     _clock: Callable[[], int]
@@ -275,6 +277,7 @@ class Durable:
             self._rollback(journal, e)
             return False
         self._journal = Journal(self._seq)
+        self._coalescer.committed()
         for record in batch.content:
             self.content.forget(record.uri)  # on disk now; read back from there
         self._listed.update(row.uri for row in batch.sessions if row.summary is not None)
@@ -360,18 +363,20 @@ class Durable:
         self._replay.truncate(journal.first_seq)
         dropped = {id(record.data) for record in journal.log}
         dropped.update(id(data) for data in journal.sent)
-        refused_answers: dict[int, bytes] = {}
+        # merged deltas already queued lose the parts taken back (None: all of them)
+        replaced = self._coalescer.rolled_back(dropped)
         for _conn, request_id, data in journal.answers:
-            refused_answers[id(data)] = _json_bytes({
+            replaced[id(data)] = _json_bytes({
                 "jsonrpc": "2.0", "id": request_id,
                 "error": {"code": int(JsonRpcErrorCode.INTERNAL_ERROR),
                           "message": f"the host could not store the change: {error}"},
             })
-        if dropped or refused_answers:
+        if dropped or replaced:
             for conn in self._connections:
                 if conn._outbox:
-                    conn._outbox = [refused_answers.get(id(data), data)
-                                    for data in conn._outbox if id(data) not in dropped]
+                    kept = (replaced.get(id(data), data) if id(data) in replaced else data
+                            for data in conn._outbox if id(data) not in dropped)
+                    conn._outbox = [data for data in kept if data is not None]
         self._events = deque(
             event for event in self._events
             if not (isinstance(event, ClientActionApplied)

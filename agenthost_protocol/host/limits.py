@@ -42,7 +42,14 @@ class HostLimits:
     """The largest tool-result block kept inline by :meth:`Host.by_reference`;
     a larger one is stored and sent as a reference (``resourceRead``)."""
 
+    max_delivery_latency_ms: int = 1000
+    """The longest a subscription's ``delivery.maxLatencyMs`` may have deltas held to
+    merge them (the spec makes the window advisory: a longer one is cut to this);
+    ``0`` turns coalescing off."""
+
     def __attrs_post_init__(self) -> None:
+        if self.max_delivery_latency_ms < 0:
+            raise LocalProtocolError("max_delivery_latency_ms must not be negative")
         if min(self.max_subscriptions, self.max_reconnects_per_minute,
                self.max_message_size, self.inline_content_bytes) < 1:
             raise LocalProtocolError("the host limits must be positive")

@@ -282,22 +282,60 @@ class _SendBudget:
         self.changed.set()
 
 
+class _Signal:
+    """An :class:`asyncio.Event` for one waiter at a time, without the Event's deque of
+    waiters: each connection holds two, and a server holds thousands of idle ones."""
+
+    __slots__ = ("_set", "_waiter")
+
+    def __init__(self) -> None:
+        self._set = False
+        self._waiter: asyncio.Future[None] | None = None
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def set(self) -> None:
+        self._set = True
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def clear(self) -> None:
+        self._set = False
+
+    async def wait(self) -> None:
+        if self._set:
+            return
+        waiter = self._waiter = asyncio.get_running_loop().create_future()
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+
+
 class _Peer:
-    """One connection: its host end, its transport and its bounded send queue."""
+    """One connection: its host end, its transport and its bounded send queue.
+
+    The queue and the writer task that empties it exist only once something
+    had to wait for the transport: a connection whose transport keeps up
+    (every message handed over at once) never needs them.
+    """
 
     def __init__(self, server: HostServer, conn: HostConnection, stream: MessageStream) -> None:
         self.server = server
         self.conn = conn
         self.stream = stream
-        self.queue: deque[bytes] = deque()
+        self.queue: deque[bytes] | None = None
+        self.writer: asyncio.Task[None] | None = None
         self.queued_bytes = 0
         """Bytes in the queue and in the send under way (what the budgets count)."""
         self.sending_since: float | None = None
         """When the send under way started (loop time); ``None``: none is."""
         self.direct = stream.write_now if isinstance(stream, DirectStream) else None
         self.kind = type(stream)
-        self.wake = asyncio.Event()
-        self.finished = asyncio.Event()
+        self.wake = _Signal()
+        self.finished = _Signal()
         self.draining = False
         self.close_reason: CloseReason | None = None
         self.close_message = ""
@@ -324,20 +362,24 @@ class _Peer:
                 self.finish(None, f"the transport failed while sending: {e}")
                 return
         limits = self.server.limits
+        queue = self.queue
+        if queue is None:
+            queue = self.queue = deque()
         added = 0
         for message in data:
-            self.queue.append(message)
+            queue.append(message)
             added += len(message)
         self.queued_bytes += added
         self.server._queued_bytes += added
-        if len(self.queue) > limits.max_queue_messages or (
+        if len(queue) > limits.max_queue_messages or (
             self.queued_bytes > limits.max_queue_bytes
         ):
             log.warning("connection #%d: send queue full (%d messages, %d bytes): the client "
-                        "is not reading; closing it", self.conn.number, len(self.queue),
+                        "is not reading; closing it", self.conn.number, len(queue),
                         self.queued_bytes)
             self.drop(CloseReason.OVERFLOW, "send queue full: the client is not reading")
             return
+        self.start_writer()
         self.wake.set()
         if self.server._queued_bytes > limits.max_total_queue_bytes:
             self.server._shed(self.server._queued_bytes - limits.max_total_queue_bytes)
@@ -349,7 +391,7 @@ class _Peer:
     def drop(self, reason: CloseReason | None, message: str) -> None:
         """Give up on the client: forget its queue, close its host end, end the transport."""
         self.server._queued_bytes -= self.queued_bytes
-        self.queue.clear()
+        self.queue = None
         self.queued_bytes = 0
         if not self.conn.closed:
             self.conn.connection_lost()
@@ -364,6 +406,7 @@ class _Peer:
             CloseReason.SHUTDOWN if self.server.closing else CloseReason.NORMAL
         )
         self.close_message = reason
+        self.start_writer()  # it sends what is queued, then finishes
         self.wake.set()
 
     def finish(self, reason: CloseReason | None, message: str = "") -> None:
@@ -375,13 +418,17 @@ class _Peer:
         self.finished.set()
         self.wake.set()
 
+    def start_writer(self) -> None:
+        if self.writer is None and not self.finished.is_set():
+            self.writer = asyncio.get_running_loop().create_task(self.write_loop())
+
     async def write_loop(self) -> None:
         budget = self.server._send_budget
         loop = asyncio.get_running_loop()
         try:
             while not self.finished.is_set():
                 while self.queue and not self.finished.is_set():
-                    if self.direct is not None and self._write_queued():
+                    if self.direct is not None and self._write_queued(self.queue):
                         continue
                     size = len(self.queue[0])
                     await budget.acquire(size)
@@ -410,11 +457,10 @@ class _Peer:
             log.exception("connection #%d: the writer failed", self.conn.number)
             self.drop(CloseReason.INTERNAL, "internal error in the host")
 
-    def _write_queued(self) -> bool:
+    def _write_queued(self, queue: deque[bytes]) -> bool:
         """Hand the transport the queue's head, up to :data:`DIRECT_WRITE_LIMIT` bytes, in
         one write if it takes them without waiting; ``False`` if it does not."""
         assert self.direct is not None
-        queue = self.queue
         batch = [queue[0]]
         size = len(batch[0])
         for message in itertools.islice(queue, 1, None):
@@ -756,7 +802,6 @@ class HostServer:
         self._idle.clear()
         log.info("connection #%d: open", conn.number)
         reader = asyncio.create_task(peer.read_loop())
-        writer = asyncio.create_task(peer.write_loop())
         deadline = asyncio.get_running_loop().call_later(
             self.limits.initialize_timeout, self._handshake_deadline, peer
         )
@@ -764,9 +809,10 @@ class HostServer:
             await peer.finished.wait()
         finally:
             deadline.cancel()
-            for task in (reader, writer):
+            tasks = [reader] if peer.writer is None else [reader, peer.writer]
+            for task in tasks:
                 task.cancel()
-            await asyncio.gather(reader, writer, return_exceptions=True)
+            await asyncio.gather(*tasks, return_exceptions=True)
             if not conn.closed:
                 conn.connection_lost()
             self.flush()  # the handler hears of the closed connection now

@@ -102,7 +102,7 @@ class HostConnection:
         self._subscriptions: dict[str, None] = {}
         self._claim: Claim | None = None
         """The handshake waiting while another connection's hold on its clientId is probed."""
-        self._reconnects: deque[int] = deque()
+        self._reconnects: deque[int] | None = None
         """When the recent ``reconnect`` requests came (host clock), for the rate budget."""
         self._unanswered: set[t.JsonRpcId] = set()
         """The ids of the requests handed to the embedder and not answered yet."""

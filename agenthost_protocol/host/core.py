@@ -936,6 +936,8 @@ class Host(Commands, Durable):
         """Count a ``reconnect`` against the budget; ``False`` (answered) when over it."""
         now = self._clock()
         window = conn._reconnects
+        if window is None:  # most connections never reconnect: no deque for them
+            window = conn._reconnects = deque()
         while window and now - window[0] >= 60_000:
             window.popleft()
         if len(window) >= self.limits.max_reconnects_per_minute:

@@ -58,9 +58,10 @@ def _envelope(seq: int) -> str:
 
 # -- servers (each a process of its own) ----------------------------------------------------
 
-async def _serve_host(clients: int, deltas: int, compression: str, times: str) -> None:
+async def _serve_host(args: argparse.Namespace) -> None:
     from agenthost_protocol import types as t
     from agenthost_protocol.aio.server import HostServer, ServerLimits
+    from agenthost_protocol.aio.stdio import serve_streams
     from agenthost_protocol.aio.websocket import serve_websocket
     from agenthost_protocol.host import Host, Initialized
 
@@ -73,8 +74,9 @@ async def _serve_host(clients: int, deltas: int, compression: str, times: str) -
         message=t.Message(text="bench", origin=t.MessageOrigin(kind=t.MessageKind.USER))))
     host.dispatch(CHAT, t.ChatResponsePartAction(
         turn_id=TURN, part=t.MarkdownResponsePart(id=PART, content="")))
+    clients, deltas = args.clients[0], args.deltas
     server = HostServer(host, limits=ServerLimits(
-        compression=compression, max_connections=max(256, clients + 8)))  # type: ignore[arg-type]
+        compression=args.compression, max_connections=max(256, clients + 8)))
     joined = asyncio.Event()
     count = 0
 
@@ -86,9 +88,24 @@ async def _serve_host(clients: int, deltas: int, compression: str, times: str) -
                 joined.set()
 
     server.handler = handle
-    endpoint = await serve_websocket(server, "127.0.0.1", 0, ping_interval=None)
-    print(endpoint.url, flush=True)
+    if args.transport == "ws":
+        endpoint = await serve_websocket(server, "127.0.0.1", 0, ping_interval=None)
+        print(endpoint.url, flush=True)
+    else:
+        writers: list[asyncio.StreamWriter] = []
+
+        async def connected(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            writers.append(writer)
+            await serve_streams(server, reader, writer)
+
+        lines = await asyncio.start_server(connected, "127.0.0.1", 0)
+        print(f"tcp://127.0.0.1:{lines.sockets[0].getsockname()[1]}", flush=True)
     await joined.wait()
+    transports: list[asyncio.WriteTransport]
+    if args.transport == "ws":
+        transports = [ws.transport for ws in endpoint.endpoint.connections]
+    else:
+        transports = [writer.transport for writer in writers]
     delta = t.ChatDeltaAction(turn_id=TURN, part_id=PART, content="eight ch")
     sent = []
     start_wall, start_cpu = time.time(), _cpu()
@@ -97,15 +114,25 @@ async def _serve_host(clients: int, deltas: int, compression: str, times: str) -
         host.dispatch(CHAT, delta)
         server.flush()
         await asyncio.sleep(0)
-    _write_times(times, sent)
-    await _drained(lambda: server.queued_bytes == 0)
+    _write_times(args.times, sent)
+    await asyncio.sleep(0.01)  # the last deltas wait for the send interval
+    await _drained(lambda: server.queued_bytes == 0
+                   and all(tr.get_write_buffer_size() == 0 for tr in transports))
     print(json.dumps({"start": start_wall, "cpu": _cpu() - start_cpu}), flush=True)
     await server.wait_idle()
-    await endpoint.close()
+    if args.transport == "ws":
+        await endpoint.close()
+    else:
+        lines.close()
 
 
-async def _serve_bare(clients: int, deltas: int, compression: str, times: str) -> None:
+async def _serve_bare(args: argparse.Namespace) -> None:
+    if args.transport == "jsonl":
+        await _serve_bare_lines(args)
+        return
     from websockets.asyncio.server import ServerConnection, broadcast, serve
+
+    clients, deltas, compression = args.clients[0], args.deltas, args.compression
 
     connections: set[ServerConnection] = set()
     joined = asyncio.Event()
@@ -133,7 +160,7 @@ async def _serve_bare(clients: int, deltas: int, compression: str, times: str) -
             sent.append(time.time())
             broadcast(connections, frame)
             await asyncio.sleep(0)
-        _write_times(times, sent)
+        _write_times(args.times, sent)
 
         def empty() -> bool:
             return all(ws.transport.get_write_buffer_size() == 0 for ws in connections)
@@ -143,6 +170,38 @@ async def _serve_bare(clients: int, deltas: int, compression: str, times: str) -
         done.set()
         while connections:
             await asyncio.sleep(0.01)
+
+
+async def _serve_bare_lines(args: argparse.Namespace) -> None:
+    """JSON Lines over TCP: each line written to every client's stream, as it comes."""
+    clients = args.clients[0]
+    writers: list[asyncio.StreamWriter] = []
+    joined = asyncio.Event()
+    done = asyncio.Event()
+
+    async def connected(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writers.append(writer)
+        if len(writers) == clients:
+            joined.set()
+        await done.wait()
+        writer.close()
+
+    lines = [(_envelope(seq) + "\n").encode() for seq in range(3, args.deltas + 3)]
+    server = await asyncio.start_server(connected, "127.0.0.1", 0)
+    print(f"tcp://127.0.0.1:{server.sockets[0].getsockname()[1]}", flush=True)
+    await joined.wait()
+    sent = []
+    start_wall, start_cpu = time.time(), _cpu()
+    for line in lines:
+        sent.append(time.time())
+        for writer in writers:
+            writer.write(line)
+        await asyncio.sleep(0)
+    _write_times(args.times, sent)
+    await _drained(lambda: all(w.transport.get_write_buffer_size() == 0 for w in writers))
+    print(json.dumps({"start": start_wall, "cpu": _cpu() - start_cpu}), flush=True)
+    done.set()
+    server.close()
 
 
 def _write_times(path: str, sent: list[float]) -> None:
@@ -180,30 +239,49 @@ async def _clients(url: str, count: int, deltas: int, mode: str, *, times: str,
 
     last = 0.0
 
+    def hello(number: int) -> list[str]:
+        if mode != "host":
+            return []
+        out = [json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                           "params": {"protocolVersions": ["0.7.0"],
+                                      "clientId": f"c{os.getpid()}-{number}",
+                                      "initialSubscriptions": [CHAT]}})]
+        if window:
+            out.append(json.dumps({"jsonrpc": "2.0", "id": 2, "method": "subscribe", "params": {
+                "channel": CHAT, "delivery": {"maxLatencyMs": window}}}))
+        return out
+
     async def one(number: int) -> list[tuple[int, float]]:
         nonlocal last
         arrivals: list[tuple[int, float]] = []
-        async with connect(url, max_size=None, ping_interval=None) as ws:
-            if mode == "host":
-                await ws.send(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize",
-                                          "params": {"protocolVersions": ["0.7.0"],
-                                                     "clientId": f"c{os.getpid()}-{number}",
-                                                     "initialSubscriptions": [CHAT]}}))
-                if window:
-                    await ws.send(json.dumps({
-                        "jsonrpc": "2.0", "id": 2, "method": "subscribe", "params": {
-                            "channel": CHAT, "delivery": {"maxLatencyMs": window}}}))
-            seen = 0
-            final = deltas + 2
+        final = deltas + 2
+        seen = 0
+        if url.startswith("tcp://"):
+            host, port = url[len("tcp://"):].rsplit(":", 1)
+            reader, writer = await asyncio.open_connection(host, int(port), limit=2**24)
+            for line in hello(number):
+                writer.write(line.encode() + b"\n")
             while seen < final:
-                data = await ws.recv()
-                assert isinstance(data, str)
-                if "chat/delta" in data:
-                    match = _SEQ.search(data)
+                text = (await reader.readline()).decode()
+                if "chat/delta" in text:
+                    match = _SEQ.search(text)
                     assert match is not None
                     seen = int(match[1])
                     arrivals.append((seen, time.time()))
-            last = max(last, time.time())
+            writer.close()
+        else:
+            async with connect(url, max_size=None, ping_interval=None) as ws:
+                for line in hello(number):
+                    await ws.send(line)
+                while seen < final:
+                    data = await ws.recv()
+                    assert isinstance(data, str)
+                    if "chat/delta" in data:
+                        match = _SEQ.search(data)
+                        assert match is not None
+                        seen = int(match[1])
+                        arrivals.append((seen, time.time()))
+        last = max(last, time.time())
         return arrivals
 
     received = await asyncio.gather(*(one(n) for n in range(count)))
@@ -230,7 +308,8 @@ def _round(args: argparse.Namespace, mode: str, clients: int) -> dict[str, float
         common = ["--deltas", str(args.deltas), "--times", times]
         server = subprocess.Popen(
             [sys.executable, "-m", "tests.benchmarks.bench_ws_fanout", f"--serve-{mode}",
-             "--clients", str(clients), "--compression", args.compression, *common,
+             "--clients", str(clients), "--compression", args.compression,
+             "--transport", args.transport, *common,
              *(["--profile", args.profile] if args.profile and mode == "host" else [])],
             stdout=subprocess.PIPE, text=True)
         assert server.stdout is not None
@@ -268,6 +347,9 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--compression", choices=("none", "deflate"), default="none")
+    parser.add_argument("--transport", choices=("ws", "jsonl"), default="ws",
+                        help="WebSocket, or JSON Lines over TCP (bare: each line written "
+                        "to every client's stream)")
     parser.add_argument("--window", type=int, default=0, metavar="MS",
                         help="host clients subscribe with delivery.maxLatencyMs=MS")
     parser.add_argument("--profile", metavar="FILE",
@@ -281,8 +363,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.serve_host or args.serve_bare:
         serve = _serve_host if args.serve_host else _serve_bare
-        run = functools.partial(asyncio.run, serve(args.clients[0], args.deltas,
-                                                   args.compression, args.times))
+        run = functools.partial(asyncio.run, serve(args))
         if not args.profile:
             run()
             return
@@ -296,7 +377,7 @@ def main() -> None:
                              times=args.times, window=args.window))
         return
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs; {args.deltas:,} deltas, "
-          f"compression {args.compression}, window {args.window} ms, clients in "
+          f"{args.transport}, compression {args.compression}, window {args.window} ms, clients in "
           f"{args.processes} processes, median of {args.rounds}")
     print(f"{'K':>4} {'server':>6} {'deltas/s':>10} {'CPU ms/1k delivered':>20} "
           f"{'host / bare':>12} {'p50 ms':>8} {'p99 ms':>8} {'frames/client':>14}")

@@ -113,7 +113,7 @@ async def _serve_host(args: argparse.Namespace) -> None:
         sent.append(time.time())
         host.dispatch(CHAT, delta)
         server.flush()
-        await asyncio.sleep(0)
+        await _pace(args.rate, start_wall, len(sent))
     _write_times(args.times, sent)
     await asyncio.sleep(0.01)  # the last deltas wait for the send interval
     await _drained(lambda: server.queued_bytes == 0
@@ -159,7 +159,7 @@ async def _serve_bare(args: argparse.Namespace) -> None:
         for frame in frames:
             sent.append(time.time())
             broadcast(connections, frame)
-            await asyncio.sleep(0)
+            await _pace(args.rate, start_wall, len(sent))
         _write_times(args.times, sent)
 
         def empty() -> bool:
@@ -196,12 +196,18 @@ async def _serve_bare_lines(args: argparse.Namespace) -> None:
         sent.append(time.time())
         for writer in writers:
             writer.write(line)
-        await asyncio.sleep(0)
+        await _pace(args.rate, start_wall, len(sent))
     _write_times(args.times, sent)
     await _drained(lambda: all(w.transport.get_write_buffer_size() == 0 for w in writers))
     print(json.dumps({"start": start_wall, "cpu": _cpu() - start_cpu}), flush=True)
     done.set()
     server.close()
+
+
+async def _pace(rate: float, start: float, done: int) -> None:
+    """Yield, as an agent does between deltas; with ``--rate``, until the next one is due."""
+    delay = start + done / rate - time.time() if rate else 0.0
+    await asyncio.sleep(max(0.0, delay))
 
 
 def _write_times(path: str, sent: list[float]) -> None:
@@ -309,7 +315,7 @@ def _round(args: argparse.Namespace, mode: str, clients: int) -> dict[str, float
         server = subprocess.Popen(
             [sys.executable, "-m", "tests.benchmarks.bench_ws_fanout", f"--serve-{mode}",
              "--clients", str(clients), "--compression", args.compression,
-             "--transport", args.transport, *common,
+             "--transport", args.transport, "--rate", str(args.rate), *common,
              *(["--profile", args.profile] if args.profile and mode == "host" else [])],
             stdout=subprocess.PIPE, text=True)
         assert server.stdout is not None
@@ -350,6 +356,8 @@ def main() -> None:
     parser.add_argument("--transport", choices=("ws", "jsonl"), default="ws",
                         help="WebSocket, or JSON Lines over TCP (bare: each line written "
                         "to every client's stream)")
+    parser.add_argument("--rate", type=float, default=0, metavar="N",
+                        help="dispatch N deltas a second (default: as fast as the server can)")
     parser.add_argument("--window", type=int, default=0, metavar="MS",
                         help="host clients subscribe with delivery.maxLatencyMs=MS")
     parser.add_argument("--profile", metavar="FILE",
@@ -377,8 +385,9 @@ def main() -> None:
                              times=args.times, window=args.window))
         return
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs; {args.deltas:,} deltas, "
-          f"{args.transport}, compression {args.compression}, window {args.window} ms, clients in "
-          f"{args.processes} processes, median of {args.rounds}")
+          f"{args.transport}, rate {args.rate or 'max'}, compression {args.compression}, "
+          f"window {args.window} ms, clients in {args.processes} processes, median of "
+          f"{args.rounds}")
     print(f"{'K':>4} {'server':>6} {'deltas/s':>10} {'CPU ms/1k delivered':>20} "
           f"{'host / bare':>12} {'p50 ms':>8} {'p99 ms':>8} {'frames/client':>14}")
     for clients in args.clients:

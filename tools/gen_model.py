@@ -14,20 +14,32 @@ declares but the schemas do not, JSON Schema documents that must stay open
 objects), so the tables below carry the missing facts, taken from the spec's
 TypeScript sources as summarised in ``shared/notes/spec-inventory.md``.  Each
 table fails loudly when a new schema no longer matches it.
+
+Each class is written as its ``@frozen(kw_only=True)`` declaration, which type
+checkers read, followed by an ``if not TYPE_CHECKING:`` block holding what
+attrs would build for it at run time (``__slots__``, ``__init__``,
+``__repr__``, ``__eq__``, ``__hash__``, the ``attrs.fields`` of
+``__attrs_attrs__``...; see :func:`runtime_lines`), with the shared pieces in
+the generated ``types/_model.py``: importing the model then costs the class
+bodies, not attrs writing and compiling four methods a class.
+``tests/test_first_use_model.py`` holds every class to the one attrs builds
+from the declaration.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import re
 import tempfile
 import textwrap
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "agenthost_protocol" / "types"
+PACKAGE = "agenthost_protocol.types"
 BUNDLED_SPEC = ROOT / "tests" / "data" / "ahp-spec"
 SCHEMA_FILES = ("state", "actions", "commands", "notifications", "errors")
 
@@ -376,6 +388,135 @@ def doc(text: str | None, indent: str) -> list[str]:
     return out
 
 
+class Field(NamedTuple):
+    """One field of a generated class, as ``@frozen(kw_only=True)`` sees it."""
+
+    attr: str
+    """The attribute (and slot) name: ``_content`` for a streamed text."""
+    ann: str
+    """Its annotation."""
+    default: str | None = None
+    """The default's expression; ``None``: required."""
+    alias: str | None = None
+    """The ``__init__`` parameter when it is not ``attr`` without its leading ``_``."""
+    converter: str | None = None
+    """The converter's name (streamed text)."""
+    hashed: bool = True
+    """``False``: left out of ``__hash__`` (``field(hash=False)``)."""
+    eq_key: str | None = None
+    """Compared (and hashed) through this key: ``JsonEq`` for open JSON values."""
+    wire: str | None = None
+    """The wire name kept in the metadata, when ``camel(attr)`` is not it."""
+    rhs: bool = False
+    """The declaration assigns a class attribute (a default or ``field(...)``)."""
+
+
+# The first parameter type of each converter: what attrs annotates ``__init__`` with.
+CONVERTER_PARAMETER = {"as_text": "str | TextBuffer", "optional_text": "str | TextBuffer | None"}
+
+
+def type_hash(qualified: str) -> int:
+    """The constant that sets a class's hashes apart from another's with equal fields.
+
+    attrs hashes a name that differs per process; a digest of the class's
+    qualified name keeps the generated source the same from run to run.
+    """
+    return int.from_bytes(hashlib.sha256(qualified.encode()).digest()[:8], "big", signed=True)
+
+
+def runtime_lines(qualified: str, fields: list[Field]) -> list[str]:
+    """The end of a class body: what ``@frozen(kw_only=True)`` would build, as source.
+
+    attrs writes these methods when the class is created and ``compile``s
+    them (about half a millisecond a class); written here, they cost only
+    their bytecode.  Type checkers skip the block and see the attrs
+    declaration above it; ``types/_model.py`` holds the shared pieces.
+    """
+    i2, i3, i4 = " " * 8, " " * 12, " " * 16
+    out = ["", "    if not TYPE_CHECKING:  # what @frozen(kw_only=True) builds (see types/_model.py)"]
+    dropped = [f.attr for f in fields if f.rhs]
+    if dropped:
+        out.append(f"{i2}del {', '.join(dropped)}")
+    slots = [f'"{f.attr}"' for f in fields] + ['"__weakref__"']
+    out.append(f"{i2}__slots__ = ({', '.join(slots)}{',' if len(slots) == 1 else ''})")
+    specs = []
+    for f in fields:
+        args = [f'"{f.attr}"', f.ann]
+        if f.default is not None:
+            args.append(f.default)
+        if f.alias is not None:
+            args.append(f'alias="{f.alias}"')
+        if f.converter is not None:
+            args.append(f"converter={f.converter}")
+        if not f.hashed:
+            args.append("hash=False")
+        if f.eq_key is not None:
+            args.append(f"eq_key={f.eq_key}")
+        if f.wire is not None:
+            args.append(f'metadata={{"wire": "{f.wire}"}}')
+        specs.append(f"{i3}_field({', '.join(args)}),")
+    if specs:
+        out += [f"{i2}__attrs_attrs__ = _fields(lambda: (", *specs, f"{i2}))"]
+    else:
+        out.append(f"{i2}__attrs_attrs__ = _fields(lambda: ())")
+    out += [
+        f"{i2}__attrs_props__ = _PROPS",
+        f"{i2}__match_args__ = ()",
+        f"{i2}__setattr__ = _frozen_setattrs",
+        f"{i2}__delattr__ = _frozen_delattrs",
+        f"{i2}__ne__ = _ne",
+        f"{i2}__getstate__ = _getstate",
+        f"{i2}__setstate__ = _setstate",
+        f"{i2}if _REPLACE:",
+        f"{i3}__replace__ = _evolve",
+    ]
+    # __init__: keyword-only, each value stored through object.__setattr__
+    params = []
+    for f in fields:
+        param = f.alias or f.attr.lstrip("_")
+        ann = CONVERTER_PARAMETER[f.converter] if f.converter is not None else f.ann
+        params.append(f"{param}: {ann}" + (f" = {f.default}" if f.default is not None else ""))
+    out += ["", f"{i2}def __init__(self{', *, ' if params else ''}{', '.join(params)}) -> None:"]
+    if fields:
+        out.append(f"{i3}_setattr = _setattr_of(self)")
+        for f in fields:
+            param = f.alias or f.attr.lstrip("_")
+            value = f"{f.converter}({param})" if f.converter is not None else param
+            out.append(f'{i3}_setattr("{f.attr}", {value})')
+    else:
+        out.append(f"{i3}pass")
+    # __repr__: attrs's, with its guard against an object that contains itself
+    shown = ", ".join(f"{f.attr}={{self.{f.attr}!r}}" for f in fields)
+    out += [
+        "", f"{i2}def __repr__(self):",
+        f"{i3}seen = _repr_enter(self)",
+        f"{i3}if seen is None:",
+        f'{i4}return "..."',
+        f"{i3}try:",
+        f"""{i4}return f'{{self.__class__.__qualname__.rsplit(">.", 1)[-1]}}({shown})'""",
+        f"{i3}finally:",
+        f"{i4}seen.remove(id(self))",
+    ]
+    # __eq__ and __hash__: every field, through its key
+    def key(f: Field, obj: str) -> str:
+        return f"{f.eq_key}({obj}.{f.attr})" if f.eq_key is not None else f"{obj}.{f.attr}"
+
+    out += ["", f"{i2}def __eq__(self, other):",
+            f"{i3}if other.__class__ is not self.__class__:",
+            f"{i4}return NotImplemented"]
+    if fields:
+        out.append(f"{i3}return (")
+        for n, f in enumerate(fields):
+            out.append(f"{i4}{'and ' if n else ''}{key(f, 'self')} == {key(f, 'other')}")
+        out.append(f"{i3})")
+    else:
+        out.append(f"{i3}return True")
+    hashed = [str(type_hash(qualified)), *(key(f, "self") for f in fields if f.hashed)]
+    out += ["", f"{i2}def __hash__(self):",
+            f"{i3}return hash(({', '.join(hashed)}{',' if len(hashed) == 1 else ''}))"]
+    return out
+
+
 class Gen:
     def __init__(self, spec: Path) -> None:
         self.defs: dict[str, dict[str, Any]] = {}
@@ -564,6 +705,7 @@ class Gen:
         lines = ["", "", "@frozen(kw_only=True)", f"class {name}:"]
         lines += doc(schema.get("description") or f"The ``{name}`` structure.", "    ")
         refs: set[str] = set()
+        fields: list[Field] = []
         ordered = sorted(props.items(), key=lambda kv: (kv[0] not in ("type", "kind", "status", "state") or "Literal" not in self.py_type(name, kv[0], kv[1])[0]))
         for wire, ps in ordered:
             ann, default = self.py_type(name, wire, ps)
@@ -587,6 +729,11 @@ class Gen:
                 args.append(meta)
             if (name, wire) in TEXT_BUFFER_FIELDS:
                 lines += self.text_buffer_field(name, wire, py, is_req, ps)
+                fields.append(Field(
+                    attr=f"_{py}", ann="TextBuffer" if is_req else "TextBuffer | None",
+                    default=None if is_req else "None", alias=py, wire=wire, rhs=True,
+                    converter="as_text" if is_req else "optional_text",
+                ))
                 continue
             rhs = f" = field({', '.join(args)})" if args else ""
             if args == ["default=None"]:
@@ -595,9 +742,16 @@ class Gen:
                 rhs = f" = {default}"
             lines.append(f"    {py}: {ann}{rhs}")
             lines += doc(ps.get("description"), "    ")
+            fields.append(Field(
+                attr=py, ann=ann, default=default if default is not None else (
+                    None if is_req else "None"),
+                hashed=not unhashable, eq_key="JsonEq" if "eq=JsonEq" in args else None,
+                wire=wire if meta else None, rhs=bool(rhs),
+            ))
         if not props:
             lines.append("")
         lines += self.text_method_lines(name)
+        lines += runtime_lines(f"{PACKAGE}.{self.module[name]}.{name}", fields)
         return lines, refs
 
     def text_buffer_field(self, name: str, wire: str, py: str, is_req: bool,
@@ -645,6 +799,11 @@ class Gen:
                     f'    """The unrecognised ``{tag}`` value."""',
                     "    raw: Mapping[str, Any] = field(hash=False, eq=JsonEq)",
                     '    """The whole wire object, as received."""']
+            out += runtime_lines(f"{PACKAGE}.{self.module[unk]}.{unk}", [
+                Field(attr=snake(tag), ann="str"),
+                Field(attr="raw", ann="Mapping[str, Any]", hashed=False, eq_key="JsonEq",
+                      rhs=True),
+            ])
         desc = self.defs.get(name, {}).get("description")
         out += ["", "", f"{name}: TypeAlias = Union[", *[f"    {m}," for m in members], "]"]
         out += doc(desc or f"One of the ``{name}`` variants, chosen by ``{tag}``.", "")
@@ -809,6 +968,218 @@ class Gen:
         ]
 
 
+# ``types/_model.py``: the run-time side of the classes' ``@frozen(kw_only=True)``.
+MODEL_NAMES = [
+    "_PROPS", "_REPLACE", "_evolve", "_field", "_fields", "_frozen_delattrs", "_frozen_setattrs",
+    "_getstate", "_ne", "_repr_enter", "_setattr_of", "_setstate",
+]
+MODEL_MODULE = r'''"""What ``@frozen(kw_only=True)`` builds for a model class, for the generated class bodies.
+
+attrs builds a class's methods when the class is created: it writes their
+source and ``compile``s it, about half a millisecond a class, most of the
+time it takes to import the model.  The generated modules carry those
+methods as source instead (``tools/gen_model.py`` writes them at the end of
+each class body, under ``if not TYPE_CHECKING:``), so a class costs only its
+body; type checkers still read the ``@frozen(kw_only=True)`` declaration
+above them.  The classes stay attrs classes (``attrs.fields``, ``attrs.has``,
+``attrs.evolve``, ``attrs.inspect``, cattrs); what they share is here:
+
+* ``frozen`` and ``field``, the run-time stand-ins of attrs's: the class body
+  is the class;
+* the ``attrs.Attribute`` tuple of ``__attrs_attrs__``, built on first use
+  (:class:`_fields`: a program reads the fields of few of the classes);
+* the methods that are the same for every class (attrs's frozen
+  ``__setattr__``, ``__ne__``, pickling).
+
+Generated by ``tools/gen_model.py``; do not edit.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Callable
+from operator import itemgetter
+from typing import Any, TypeVar
+
+import attrs
+from attrs import NOTHING
+
+__all__ = ["field", "frozen", "plain_init"]
+
+T = TypeVar("T")
+
+
+def frozen(*, kw_only: bool) -> Callable[[type[T]], type[T]]:
+    """The run-time ``@frozen(kw_only=True)`` of the generated modules: the body is the class."""
+    return _as_written
+
+
+def _as_written(cls: type[T]) -> type[T]:
+    return cls
+
+
+def field(**_: object) -> None:
+    """The run-time ``field(...)``: the class body drops the attribute (the slot replaces it)."""
+    return None
+
+
+def plain_init(cls: type) -> bool:
+    """Whether ``cls`` is a class of the generated model, whose ``__init__`` only stores
+    its arguments (converted) in the slots, as an ``__init__`` written by attrs does."""
+    return cls.__dict__.get("__attrs_props__") is _PROPS
+
+
+# -- the shared pieces ---------------------------------------------------------
+
+# attrs's own frozen ``__setattr__``: attrs tells a frozen base class by it.
+try:
+    from attr._make import _frozen_delattrs, _frozen_setattrs
+except ImportError:  # pragma: no cover - an attrs that moved them
+
+    def _frozen_setattrs(self: Any, name: Any, value: Any) -> Any:
+        raise attrs.exceptions.FrozenInstanceError
+
+    def _frozen_delattrs(self: Any, name: Any) -> Any:
+        raise attrs.exceptions.FrozenInstanceError
+
+
+_setattr_of: Any = object.__setattr__.__get__
+"""``object.__setattr__`` bound to an instance: how a frozen ``__init__`` stores."""
+
+_evolve = attrs.evolve
+_REPLACE = sys.version_info >= (3, 13)
+"""attrs gives ``copy.replace`` a ``__replace__`` from Python 3.13 on."""
+
+_ClassProps: Any = attrs.ClassProps
+_PROPS = _ClassProps(
+    is_exception=False, is_slotted=True, has_weakref_slot=True, is_frozen=True,
+    kw_only=_ClassProps.KeywordOnly.YES, collected_fields_by_mro=True, added_init=True,
+    added_repr=True, added_eq=True, added_ordering=False,
+    hashability=_ClassProps.Hashability.HASHABLE, added_match_args=True, added_str=False,
+    added_pickling=True, on_setattr_hook=None, field_transformer=None,
+)
+"""``attrs.inspect`` of every model class: what ``@frozen(kw_only=True)`` records."""
+
+
+def _ne(self: Any, other: object) -> Any:
+    result = self.__eq__(other)
+    if result is NotImplemented:
+        return NotImplemented
+    return not result
+
+
+def _getstate(self: Any) -> dict[str, Any]:
+    return {a.name: getattr(self, a.name) for a in attrs.fields(type(self))}
+
+
+def _setstate(self: Any, state: Any) -> None:
+    store = _setattr_of(self)
+    names = [a.name for a in attrs.fields(type(self))]
+    if isinstance(state, tuple):  # as attrs before 22.2 pickled
+        for name, value in zip(names, state, strict=False):
+            store(name, value)
+    else:
+        for name in names:
+            if name in state:
+                store(name, state[name])
+
+
+_repr_context = threading.local()
+
+
+def _repr_enter(obj: object) -> set[int] | None:
+    """The ids of the objects being repr'd in this thread, ``obj``'s added; ``None`` when
+    ``obj`` is one of them already (attrs then writes ``...``)."""
+    try:
+        seen: set[int] = _repr_context.seen
+    except AttributeError:
+        seen = _repr_context.seen = set()
+    if id(obj) in seen:
+        return None
+    seen.add(id(obj))
+    return seen
+
+
+# -- attrs.fields ------------------------------------------------------------
+
+_Spec = tuple[str, Any, Any, "str | None", Any, "bool | None", Any, "dict[str, Any] | None"]
+_Attribute: Any = attrs.Attribute
+_ALIAS_IS_DEFAULT = "alias_is_default" in _Attribute.__slots__  # attrs 26.1
+_BUILDING = threading.RLock()
+
+
+def _field(
+    name: str,
+    type: Any,
+    default: Any = NOTHING,
+    *,
+    alias: str | None = None,
+    converter: Any = None,
+    hash: bool | None = None,
+    eq_key: Any = None,
+    metadata: dict[str, Any] | None = None,
+) -> _Spec:
+    """A field as ``field()`` declares it, with its annotation evaluated.
+
+    attrs keeps an annotation as its text (``from __future__ import
+    annotations``) until ``attrs.resolve_types`` evaluates it, one ``compile``
+    each; the generated class passes the evaluated type instead, what
+    ``resolve_types`` would set (so the class is marked resolved).
+    """
+    return (name, type, default, alias, converter, hash, eq_key, metadata)
+
+
+class _fields:
+    """A class's ``__attrs_attrs__`` until it is first read, then replaced by the
+    tuple of ``attrs.Attribute`` attrs would have made (with its name accessors).
+
+    ``specs`` runs then, once the whole model is imported: the annotations it
+    evaluates name classes of other modules, bound by ``types/__init__``.
+    """
+
+    __slots__ = ("_owner", "_specs")
+
+    def __init__(self, specs: Callable[[], tuple[_Spec, ...]]) -> None:
+        self._specs = specs
+        self._owner: type | None = None
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._owner = owner
+
+    def __get__(self, instance: object, owner: type | None = None) -> Any:
+        cls = self._owner
+        assert cls is not None
+        with _BUILDING:
+            built = cls.__dict__["__attrs_attrs__"]
+            if built is self:  # not built by another thread meanwhile
+                built = _attributes(cls, self._specs())
+                type.__setattr__(cls, "__attrs_attrs__", built)
+                type.__setattr__(cls, "__attrs_types_resolved__", cls)
+        return built
+
+
+def _attributes(cls: type, specs: tuple[_Spec, ...]) -> tuple[Any, ...]:
+    made = []
+    for name, type_, default, alias, converter, hash_, eq_key, metadata in specs:
+        options = {}
+        if _ALIAS_IS_DEFAULT:
+            options["alias_is_default"] = alias is None
+        made.append(_Attribute(
+            name=name, default=default, validator=None, repr=True, cmp=None, hash=hash_,
+            init=True, inherited=False, metadata=metadata, type=type_,
+            converter=converter, kw_only=True, eq=True, eq_key=eq_key, order=True,
+            order_key=eq_key, on_setattr=None,
+            alias=alias if alias is not None else name.lstrip("_"), **options,
+        ))
+    holder = type(f"{cls.__name__}Attributes", (tuple,), {
+        spec[0]: property(itemgetter(i)) for i, spec in enumerate(specs)
+    })
+    return holder(made)  # type: ignore[no-any-return]
+'''
+
+
+SLOTS_ORDER = "\n# ruff: noqa: RUF023 - each __slots__ lists the fields in their order, as attrs does\n"
 HEADER = '''"""{doc}
 
 Generated by ``tools/gen_model.py`` from the AHP {version} JSON Schemas; do not edit.
@@ -843,15 +1214,17 @@ def write(spec: Path, out: Path = OUT, *, quiet: bool = False) -> None:
         if mod == "error_codes":
             imports.append("from enum import IntEnum")
         tn = [n for n in typing_names if n != "Mapping"]
-        if used - runtime:
+        model = "@frozen" in body
+        if used - runtime or model:
             tn.append("TYPE_CHECKING")
         if tn:
             imports.append(f"from typing import {', '.join(sorted(tn))}")
-        if "@frozen" in body:
-            imports.append("")
-            attrs_names = ["frozen"] + (["field"] if "field(" in body else []) + (
-                ["evolve"] if "evolve(" in body else [])
-            imports.append(f"from attrs import {', '.join(sorted(attrs_names))}")
+        # The attrs declarations are for type checkers; at run time each class
+        # body carries what attrs would build (``runtime_lines``), with the
+        # shared pieces from ``_model``.
+        attrs_names = ["frozen"] + (["field"] if re.search(r"(?<![\w.])field\(", body) else [])
+        if "evolve(" in body:
+            imports += ["", "from attrs import evolve"]
         if "JsonEq" in body:
             imports.append("")
             imports.append("from .._json import JsonEq")
@@ -877,10 +1250,19 @@ def write(spec: Path, out: Path = OUT, *, quiet: bool = False) -> None:
         if runtime:
             imports.append("")
             imports += import_lines(runtime, "")
-        if used - runtime:
-            imports += ["", "if TYPE_CHECKING:", *import_lines(used - runtime, "    ")]
+        checking = import_lines(used - runtime, "    ")
+        if model:
+            checking = [f"    from attrs import {', '.join(sorted(attrs_names))}",
+                        *([""] if checking else []), *checking]
+        if checking:
+            imports += ["", "if TYPE_CHECKING:", *checking]
+        if model:
+            imports += ["else:", "    from ._model import (",
+                        *(f"        {n}," for n in sorted([*MODEL_NAMES, *attrs_names])), "    )"]
         all_names = names[mod]
         text = HEADER.format(doc=MODULE_DOCS[mod], version=version)
+        if model:
+            text += SLOTS_ORDER
         text += "\n" + "\n".join(imports) + "\n"
         text += "\n__all__ = [\n" + "".join(f'    "{n}",\n' for n in all_names) + "]\n"
         text += body + "\n"
@@ -895,6 +1277,7 @@ def write(spec: Path, out: Path = OUT, *, quiet: bool = False) -> None:
         tag_text += f"from .{m} import (\n" + "".join(f"    {n},\n" for n in by_mod[m]) + ")\n"
     tag_text += "\n".join(res["registry"]) + "\n"
     (out / "_tags.py").write_text(tag_text)
+    (out / "_model.py").write_text(MODEL_MODULE)
     init = ['"""Every AHP type, importable from one place.', "",
             "The model is split by channel (``types.chat``, ``types.session``, ...); this",
             "module re-exports all of it.  Generated by ``tools/gen_model.py``; do not edit.",
@@ -915,12 +1298,13 @@ def write(spec: Path, out: Path = OUT, *, quiet: bool = False) -> None:
         "from . import _tags",
         "",
         "# Bind the names each channel module imports only for type checkers, so that",
-        "# annotations resolve at run time (cattrs, typing.get_type_hints).",
+        "# annotations resolve at run time (cattrs, typing.get_type_hints): every name",
+        "# a module does not define or import itself.",
+        "_every = {_name: globals()[_name] for _name in __all__}",
         "for _mod in (" + ", ".join(MODULE_ORDER) + "):",
         "    _ns = vars(_mod)",
-        "    for _name in __all__:",
-        "        _ns.setdefault(_name, globals()[_name])",
-        "del _mod, _ns, _name",
+        "    _ns.update({_name: _value for _name, _value in _every.items() if _name not in _ns})",
+        "del _every, _mod, _ns",
     ]
     init[6:6] = ["__all__ = ["] + [f'    "{n}",' for n in sorted(every)] + ["]", ""]
     init += [""]

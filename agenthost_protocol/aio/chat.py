@@ -33,7 +33,6 @@ import argparse
 import asyncio
 import contextlib
 import logging
-import shlex
 import sys
 import threading
 import time
@@ -482,6 +481,8 @@ async def run_chat(
     )
     connecting: Connecting
     if stdio:
+        import shlex  # noqa: PLC0415  # --stdio only
+
         try:
             command = shlex.split(target)
         except ValueError as e:

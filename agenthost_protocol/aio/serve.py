@@ -23,12 +23,10 @@ import contextlib
 import enum
 import logging
 import os
-import shlex
-import shutil
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import IO, TYPE_CHECKING, Protocol, runtime_checkable
 
 from attrs import field, frozen
@@ -40,7 +38,6 @@ from ..agents.demo import DemoAgent
 from ..host import Host, HostStore, StoreError
 from .access import AccessPolicy, is_loopback, new_token, url_with_token
 from .server import HostServer, ServerLimits
-from .stdio import serve_stdio
 
 if TYPE_CHECKING:
     from ..agent.acp_runner import AcpAgentRunner
@@ -76,6 +73,12 @@ class AgentKind(str, enum.Enum):
     """The same with the xcsh dialect (``ready`` frame, host tools)."""
 
 
+def _strings(value: Iterable[str]) -> tuple[str, ...]:
+    """``tuple``, as a converter: attrs reads a converter's signature, and a builtin's is
+    parsed from text (``tokenize`` compiling its expressions first, milliseconds at start)."""
+    return tuple(value)
+
+
 @frozen(kw_only=True)
 class ServeOptions:
     """What ``agenthost-protocol serve`` was asked for."""
@@ -94,7 +97,7 @@ class ServeOptions:
     agent_object: object = field(default=None, hash=False, repr=False)
     """An :class:`~agenthost_protocol.agent.Agent` to serve instead of ``agent``
     (``serve --agent module:attr``)."""
-    agent_command: tuple[str, ...] = field(default=(), converter=tuple)
+    agent_command: tuple[str, ...] = field(default=(), converter=_strings)
     """``COMMAND ARGS...`` of the agent process: none for the demo, required otherwise."""
     agent_env: Mapping[str, str] | None = field(default=None, hash=False)
     """The agent processes' environment (``None``: ours, whole)."""
@@ -103,9 +106,9 @@ class ServeOptions:
     unless ``no_token``)."""
     no_token: bool = False
     """Serve WebSocket without a token: only on a loopback address."""
-    allowed_origins: tuple[str, ...] = field(default=(), converter=tuple)
+    allowed_origins: tuple[str, ...] = field(default=(), converter=_strings)
     """Browser ``Origin`` values allowed to connect (none by default)."""
-    allowed_hosts: tuple[str, ...] = field(default=(), converter=tuple)
+    allowed_hosts: tuple[str, ...] = field(default=(), converter=_strings)
     """``Host`` names accepted beyond ``localhost`` and literal IP addresses."""
     certfile: str | None = None
     """A PEM certificate (chain): serve ``wss://``.  ``keyfile`` is its key
@@ -260,6 +263,8 @@ def _resolve(command: str) -> str:
     """
     if not command:
         raise AgentStartError("the agent command is empty")
+    import shutil  # noqa: PLC0415  # agent processes only (it loads bz2, lzma ...)
+
     where = "" if os.sep in command or (os.altsep and os.altsep in command) else " on PATH"
     if shutil.which(command) is None:
         raise AgentStartError(
@@ -275,6 +280,8 @@ class _AcpAgent:
         self._command = command
 
     async def start(self) -> None:
+        import shlex  # noqa: PLC0415  # agent processes only
+
         name = shlex.join(self._command)
         try:
             await self.runner.start()
@@ -382,6 +389,8 @@ async def serve_host(
                 log.info("stopped before the agent started")
                 return
             if options.agent_command:
+                import shlex  # noqa: PLC0415  # agent processes only
+
                 log.info("agent: %s, %s", options.agent.value, shlex.join(options.agent_command))
             if options.stdio:
                 await _serve_stdio(server, closer, stop, stdin, stdout)
@@ -470,6 +479,8 @@ async def _serve_stdio(
     stdin: IO[bytes] | None,
     stdout: IO[bytes] | None,
 ) -> None:
+    from .stdio import serve_stdio  # noqa: PLC0415  # stdio mode only
+
     connection = asyncio.create_task(serve_stdio(server, stdin, stdout))
     stopping = asyncio.create_task(stop.wait())
     try:
@@ -496,13 +507,11 @@ def _return_large_blocks_to_the_system() -> None:
     if not sys.platform.startswith("linux"):
         return
     import ctypes  # noqa: PLC0415
-    import ctypes.util  # noqa: PLC0415
 
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return
     try:
-        libc = ctypes.CDLL(name)
+        # the symbols the process is linked with: glibc's mallopt, where glibc
+        # allocates (``ctypes.util.find_library`` would run ldconfig to name it)
+        libc = ctypes.CDLL(None)
         m_mmap_threshold = -3
         libc.mallopt(m_mmap_threshold, 1024 * 1024)
     except (OSError, AttributeError):
@@ -526,9 +535,11 @@ def run(options: ServeOptions, out: IO[str] | None = None, err: IO[str] | None =
         path = options.store_path()
         print(f"store {path}" if path is not None else "store none (--no-store: memory only)",
               file=out, flush=True)
+        # after the URL (ctypes is slow to load), before any message is read
+        _return_large_blocks_to_the_system()
 
-    _return_large_blocks_to_the_system()
-
+    if options.stdio:
+        _return_large_blocks_to_the_system()
     try:
         asyncio.run(serve_host(options, ready=ready))
     except KeyboardInterrupt:

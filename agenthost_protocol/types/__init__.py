@@ -901,9 +901,10 @@ from .error_codes import (
 from . import _tags
 
 # Bind the names each channel module imports only for type checkers, so that
-# annotations resolve at run time (cattrs, typing.get_type_hints).
+# annotations resolve at run time (cattrs, typing.get_type_hints): every name
+# a module does not define or import itself.
+_every = {_name: globals()[_name] for _name in __all__}
 for _mod in (enums, common, root, customizations, tool_calls, input_requests, chat, session, terminal, changeset, annotations, otlp, resource_watch, snapshot, actions, commands, notifications, error_codes):
     _ns = vars(_mod)
-    for _name in __all__:
-        _ns.setdefault(_name, globals()[_name])
-del _mod, _ns, _name
+    _ns.update({_name: _value for _name, _value in _every.items() if _name not in _ns})
+del _every, _mod, _ns

@@ -375,6 +375,44 @@ def _encode(message: object) -> bytes:
     return wire.dumps(message).encode("utf-8")
 
 
+_new: Final = object.__new__
+_set: Final = object.__setattr__
+"""``ActionReceived(channel=..., received=...)`` for the streaming path: its frozen
+attrs ``__init__`` only stores the two slots, each through ``object.__setattr__``."""
+
+_ENVELOPE_HOOK: list[Callable[[Any, Any], ActionEnvelope]] = []
+
+
+def _action_envelope(obj: Any) -> ActionEnvelope | None:
+    """The envelope of ``obj``, the parsed JSON of an ``action`` notification, decoded
+    as ``wire.parse_message`` decodes it, without the message around it; ``None``
+    for any other message, or one that the hook refuses (``parse_message`` then
+    reports it, alike).  The streaming path."""
+    if (
+        type(obj) is dict
+        and obj.get("method") == "action"
+        and "id" not in obj
+        and obj.get("jsonrpc") == "2.0"
+        and "params" in obj
+    ):
+        hook = _ENVELOPE_HOOK[0] if _ENVELOPE_HOOK else _envelope_hook()
+        try:
+            return hook(obj["params"], ActionEnvelope)
+        except Exception:
+            return None
+    return None
+
+
+def _envelope_hook() -> Callable[[Any, Any], ActionEnvelope]:
+    """The structure hook of ``action``'s params, the one ``wire.parse_message`` uses
+    (looked up on first use: building it costs at import)."""
+    if not _ENVELOPE_HOOK:
+        info = METHODS["action"]
+        assert info.params is ActionEnvelope and Direction.SERVER_TO_CLIENT in info.directions
+        _ENVELOPE_HOOK.append(wire.converter.get_structure_hook(info.params))
+    return _ENVELOPE_HOOK[0]
+
+
 # -- the connection -------------------------------------------------------------------
 
 
@@ -617,9 +655,83 @@ class ClientConnection:
         try:
             obj = wire.parse_json(data)
         except RemoteProtocolError as e:
-            # not JSON: JSON-RPC answers with "id": null, and nothing more can be trusted
-            response = e.response()
-            return self._fatal(e, None if response is None else _encode_raw(response))
+            return self._not_json(e)
+        envelope = _action_envelope(obj)
+        if envelope is not None:
+            return self._on_action(envelope)
+        return self._on_parsed(obj)
+
+    def _receive_batch(self, messages: Sequence[bytes | str]) -> list[Event]:
+        """:meth:`receive_data` of each of ``messages`` in order: their events, in order.
+
+        The same events, and the same state, but the ``action`` notifications
+        between two other messages are reconciled together (a run of
+        streamed text in one reduction, see ``ClientReconciler._receive_many``).
+        Stops after a message that closes the connection (its fatal
+        :class:`ProtocolViolation` among the events): those after it are not
+        read.  Raises what :meth:`receive_data` raises, before reading any
+        message (the closed state, a message neither ``bytes`` nor ``str``).
+        An exception of the application's own clock or ``on_unknown`` goes
+        through as there, but the events of the messages before it, whose
+        changes stand, go with it.
+        """
+        self._require_not_closed()
+        for data in messages:
+            if not isinstance(data, (bytes, bytearray, memoryview, str)):
+                raise LocalProtocolError(
+                    f"receive_data takes bytes or str, not {type(data).__name__}")
+        events: list[Event] = []
+        run: list[ActionEnvelope] = []
+        for data in messages:
+            try:
+                obj = wire.parse_json(data)
+            except RemoteProtocolError as e:
+                obj = e
+            else:
+                envelope = _action_envelope(obj)
+                if envelope is not None and self._reconciler is not None:
+                    run.append(envelope)
+                    continue
+            if run:
+                self._reconcile(run, events)
+                run = []
+                if self._state is ClientState.CLOSED:
+                    return events
+            if isinstance(obj, RemoteProtocolError):
+                events.extend(self._not_json(obj))
+            else:
+                events.extend(self._on_parsed(obj))
+            if self._state is ClientState.CLOSED:
+                return events
+        if run:
+            self._reconcile(run, events)
+        return events
+
+    def _reconcile(self, run: list[ActionEnvelope], events: list[Event]) -> None:
+        """Reconcile the envelopes of ``run``, in order, their events added to ``events``."""
+        reconciler = self._reconciler
+        assert reconciler is not None
+        received: list[Received] = []
+        error: RemoteProtocolError | None = None
+        try:
+            reconciler._receive_many(run, received)
+        except RemoteProtocolError as e:
+            error = e
+        for one in received:
+            event = _new(ActionReceived)
+            _set(event, "channel", one.envelope.channel)
+            _set(event, "received", one)
+            events.append(event)
+        if error is not None:
+            events.extend(self._fatal(error))
+
+    def _not_json(self, error: RemoteProtocolError) -> list[Event]:
+        # not JSON: JSON-RPC answers with "id": null, and nothing more can be trusted
+        response = error.response()
+        return self._fatal(error, None if response is None else _encode_raw(response))
+
+    def _on_parsed(self, obj: Any) -> list[Event]:
+        """What the parsed JSON ``obj`` of a message means (its whole decoding)."""
         try:
             message = wire.parse_message(obj, result_method=self._method_of)
         except RemoteProtocolError as e:
@@ -750,16 +862,22 @@ class ClientConnection:
             return [ProtocolViolation(error=error, fatal=False)]
         if message.method != "action":
             return [NotificationReceived(method=message.method, params=message.params)]
-        envelope: ActionEnvelope = message.params
-        if self._reconciler is None:
+        return self._on_action(message.params)
+
+    def _on_action(self, envelope: ActionEnvelope) -> list[Event]:
+        reconciler = self._reconciler
+        if reconciler is None:
             return self._fatal(InvalidRequest(
                 "an action notification before initialize", path="$.method", respond=False
             ))
         try:
-            received = self._reconciler.receive(envelope)
+            received = reconciler.receive(envelope)
         except RemoteProtocolError as e:
             return self._fatal(e)
-        return [ActionReceived(channel=envelope.channel, received=received)]
+        event = _new(ActionReceived)
+        _set(event, "channel", envelope.channel)
+        _set(event, "received", received)
+        return [event]
 
     def _on_result(self, message: JsonRpcSuccessResponse[Any]) -> list[Event]:
         request_id = message.id

@@ -55,10 +55,10 @@ A reconciler is not thread-safe; drive it from one task or thread.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from enum import Enum
 from types import MappingProxyType
-from typing import Any, Final, NamedTuple, get_args
+from typing import Any, Final, NamedTuple, cast, get_args
 
 from attrs import frozen
 
@@ -266,6 +266,11 @@ class ReceiveKind(str, Enum):
 
 
 _APPLIED: Final = frozenset({ReceiveKind.ECHO, ReceiveKind.FOREIGN, ReceiveKind.LATE_ECHO})
+
+_new: Final = object.__new__
+_set: Final = object.__setattr__
+"""A :class:`Received` of the streaming path is built as its frozen attrs ``__init__``
+builds it (four slots, each through ``object.__setattr__``), without the call."""
 
 
 @frozen(kw_only=True)
@@ -737,6 +742,113 @@ class ClientReconciler:
         self._last_seen = max(self._last_seen, envelope.server_seq)
         return received
 
+    def _receive_many(self, envelopes: Sequence[ActionEnvelope], out: list[Received]) -> None:
+        """:meth:`receive` of each of ``envelopes`` in order, what each did appended to ``out``.
+
+        Exactly what receiving them one by one does, and raises what
+        :meth:`receive` raises for the first it refuses (those before it
+        received, their results in ``out``), but for the cost: a run of
+        streamed text from others (``chat/delta``, or ``chat/reasoning``, to
+        one part of a channel without pending actions) is one reduction, of
+        the run's text appended at once.  A text append reads no clock and
+        cannot tell one append from several, so the confirmed state is the
+        same (the run is received one by one should it ever be otherwise).
+        """
+        count = len(envelopes)
+        at = 0
+        while at < count:
+            end = self._text_run(envelopes, at)
+            if end - at < 2:
+                out.append(self.receive(envelopes[at]))
+                at += 1
+            else:
+                self._receive_text_run(envelopes[at:end], out)
+                at = end
+
+    def _text_run(self, envelopes: Sequence[ActionEnvelope], at: int) -> int:
+        """The end of the run of streamed text that starts at ``envelopes[at]`` (``at + 1``
+        when none does): well-typed envelopes from others, new ``serverSeq``\\ s in order,
+        of one action class, turn and part, on a tracked channel without pending actions."""
+        first = envelopes[at]
+        head: Any = first.action
+        kind = type(head)
+        if kind is not ChatDeltaAction and kind is not ChatReasoningAction:
+            return at + 1
+        channel = first.channel
+        ch = self._channels.get(channel) if type(channel) is str else None
+        if ch is None or ch.pending:
+            return at + 1
+        turn_id = head.turn_id
+        part_id = head.part_id
+        if type(turn_id) is not str or type(part_id) is not str:
+            return at + 1
+        client_id = self._client_id
+        last = ch.last_seen
+        end = at
+        count = len(envelopes)
+        while end < count:
+            envelope = envelopes[end]
+            action: Any = envelope.action
+            origin = envelope.origin
+            seq = envelope.server_seq
+            if not (
+                type(envelope) is ActionEnvelope
+                and type(action) is kind
+                and envelope.channel == channel
+                and type(envelope.channel) is str
+                and type(seq) is int
+                and seq > last
+                and envelope.rejection_reason is None
+                and (
+                    origin is None
+                    or (
+                        type(origin) is ActionOrigin
+                        and type(origin.client_id) is str
+                        and type(origin.client_seq) is int
+                        and origin.client_id != client_id
+                    )
+                )
+                and action.turn_id == turn_id
+                and action.part_id == part_id
+                and type(action.content) is str
+            ):
+                break
+            last = seq
+            end += 1
+        return max(end, at + 1)
+
+    def _receive_text_run(self, run: Sequence[ActionEnvelope], out: list[Received]) -> None:
+        """Receive a run :meth:`_text_run` found, in one reduction."""
+        first: Any = run[0].action
+        channel = run[0].channel
+        ch = self._channels[channel]
+        text = "".join([cast("Any", envelope.action).content for envelope in run])
+        whole: ChatDeltaAction | ChatReasoningAction = type(first)(
+            turn_id=first.turn_id, part_id=first.part_id, content=text
+        )
+        confirmed = ch.confirmed
+        try:
+            # a text append reads no clock and meets no unknown action: should it
+            # ever, _unread and _no_unknown stop it, and the run goes one by one
+            new = reduce(channel, confirmed, whole, now=_unread, on_unknown=_no_unknown)
+        except Exception:
+            for envelope in run:
+                out.append(self.receive(envelope))
+            return
+        if new is not confirmed and (ch.cache is not None or ch.deferred):
+            ch.stale()  # what a rebase does without pending actions
+        ch.confirmed = new
+        seq = run[-1].server_seq
+        ch.last_seen = seq
+        self._last_seen = max(self._last_seen, seq)
+        for envelope in run:
+            received = _new(Received)
+            _set(received, "kind", ReceiveKind.FOREIGN)
+            _set(received, "envelope", envelope)
+            _set(received, "echo_of", None)
+            _set(received, "rejection", None)
+            out.append(received)
+
     def apply_reconnect(self, result: ReconnectResult) -> ReconnectOutcome:
         """Apply the host's answer to ``reconnect``.
 
@@ -877,13 +989,24 @@ class ClientReconciler:
             if reason is not None:
                 ch.last_seen = seq
                 return Received(kind=ReceiveKind.FOREIGN_REJECTED, envelope=envelope)
+            # the streaming path
             reading = _Reading(self._reducer_clock)
-            new = self._reduce(channel, ch.confirmed, envelope.action, reading, path)
-            if new is not ch.confirmed:
-                self._rebase(ch, envelope.action, reading.ms)
+            action = envelope.action
+            confirmed = ch.confirmed
+            new = self._reduce(channel, confirmed, action, reading, path)
+            if new is not confirmed:
+                if ch.pending:
+                    self._rebase(ch, action, reading.ms)
+                elif ch.cache is not None or ch.deferred:
+                    ch.stale()  # what _rebase does without pending actions
             ch.confirmed = new
             ch.last_seen = seq
-            return Received(kind=ReceiveKind.FOREIGN, envelope=envelope)
+            received = _new(Received)
+            _set(received, "kind", ReceiveKind.FOREIGN)
+            _set(received, "envelope", envelope)
+            _set(received, "echo_of", None)
+            _set(received, "rejection", None)
+            return received
 
         client_seq = origin.client_seq
         entry = ch.pending.get(client_seq)

@@ -279,6 +279,52 @@ class ReconnectPolicy:
         return min(self.max_delay, base) * (1.0 - self.jitter * self.rng.random())
 
 
+_READ_BATCH: Final = 256
+"""Messages the reader takes from a transport at a time (``receive_batch``), at most."""
+
+
+class _Streams:
+    """The event streams of a client, held weakly: one dropped unclosed goes when collected."""
+
+    __slots__ = ("__weakref__", "_live", "_refs")
+
+    def __init__(self) -> None:
+        # insertion-ordered; ``_live`` is a copy to iterate while a collection may remove one
+        self._refs: dict[weakref.ref[EventStream], None] = {}
+        self._live: tuple[weakref.ref[EventStream], ...] = ()
+
+    def add(self, stream: EventStream) -> None:
+        self._refs[weakref.ref(stream, self._gone)] = None
+        self._live = tuple(self._refs)
+
+    def _gone(self, ref: weakref.ref[EventStream]) -> None:
+        if self._refs.pop(ref, 0) is None:
+            self._live = tuple(self._refs)
+
+    def publish(self, event: ClientEvent) -> None:
+        for ref in self._live:
+            stream = ref()
+            if stream is not None:
+                stream._put(event)
+
+    def publish_many(self, events: list[ClientEvent]) -> None:
+        """``publish`` of each of ``events``, in order."""
+        for ref in self._live:
+            stream = ref()
+            if stream is not None:
+                stream._put_many(events)
+
+    def end(self, final: ClientEvent) -> None:
+        """End every stream with ``final`` and forget them."""
+        live = self._live
+        self._refs = {}
+        self._live = ()
+        for ref in live:
+            stream = ref()
+            if stream is not None:
+                stream._end(final)
+
+
 class _Link:
     """One transport the client used: its reader, and whether a handshake opened it."""
 
@@ -369,7 +415,7 @@ class AsyncClient:
         self._waiting: dict[int, asyncio.Future[_RequestEnd]] = {}
         self._handles: dict[int, DispatchedAction] = {}
         self._dropped: list[PendingAction] = []
-        self._streams: weakref.WeakSet[EventStream] = weakref.WeakSet()
+        self._streams = _Streams()
         self._changed = asyncio.Event()
         self._send_lock = asyncio.Lock()
         self._supervisor: asyncio.Task[None] | None = None
@@ -921,11 +967,23 @@ class AsyncClient:
         return link
 
     async def _read(self, link: _Link) -> None:
+        transport = link.transport
+        # a transport that can hand over what it has received in one go (WebSocketTransport)
+        batch: Callable[[int], Awaitable[Sequence[bytes | str]]] | None = getattr(
+            transport, "receive_batch", None)
         try:
+            if batch is None:
+                while True:
+                    data = await transport.receive()
+                    if not await self._receive(link, (data,)):
+                        return
             while True:
-                data = await link.transport.receive()
-                if not await self._receive(link, data):
+                messages = await batch(_READ_BATCH)
+                if not await self._receive(link, messages):
                     return
+                if len(messages) >= _READ_BATCH:
+                    # more may be waiting: let the application (and other clients) run first
+                    await asyncio.sleep(0)
         except TransportClosed as e:
             reason = e.reason
         except Exception:
@@ -934,21 +992,38 @@ class AsyncClient:
             reason = "internal error in the client's reader"
         self._lost(link, reason)
 
-    async def _receive(self, link: _Link, data: bytes | str) -> bool:
-        """Handle one message; whether to keep reading this link."""
+    async def _receive(self, link: _Link, messages: Sequence[bytes | str]) -> bool:
+        """Handle messages, in order; whether to keep reading this link.
+
+        The connection takes them together (``_receive_batch``: the same
+        events as one by one); the replies they ask for go out after them,
+        in order.
+        """
         if link is not self._link:
             return False
-        events = self._conn.receive_data(data)
+        events = self._conn._receive_batch(messages)
+        streams = self._streams
+        publish = streams.publish
         replies: list[bytes] = []
         fatal: ProtocolViolation | None = None
+        # the actions received in a row, published together (nothing reads a stream meanwhile)
+        actions: list[ClientEvent] = []
         for event in events:
+            if type(event) is ActionReceived:  # the streaming path, first
+                if event.received.echo_of is not None:
+                    self._settle(event.received)
+                actions.append(event)
+                continue
+            if actions:
+                streams.publish_many(actions)
+                actions = []
             if isinstance(event, (Initialized, ResponseReceived, Reconnected, RequestFailed)):
                 self._request_ended(event)
             elif isinstance(event, ActionReceived):
                 self._action_received(event)
-                self._publish(event)
+                publish(event)
             elif isinstance(event, NotificationReceived):
-                self._publish(event)
+                publish(event)
             elif isinstance(event, ServerRequestReceived):
                 self._server_request(event, replies)
             else:
@@ -956,9 +1031,11 @@ class AsyncClient:
                             "fatal" if event.fatal else "ignored", event.error)
                 if event.reply is not None:
                     replies.append(event.reply)
-                self._publish(event)
+                publish(event)
                 if event.fatal:
                     fatal = event
+        if actions:
+            streams.publish_many(actions)
         self._tick()
         for reply in replies:
             try:
@@ -1079,8 +1156,7 @@ class AsyncClient:
             await self._send(data)
 
     def _publish(self, event: ClientEvent) -> None:
-        for stream in list(self._streams):
-            stream._put(event)
+        self._streams.publish(event)
 
     def _tick(self) -> None:
         """Wake everything waiting for a change (state, connection)."""
@@ -1158,10 +1234,7 @@ class AsyncClient:
         for handle in self._handles.values():
             handle._drop(f"the client closed: {reason}")
         self._handles.clear()
-        final = Closed(reason=reason, error=error)
-        for stream in list(self._streams):
-            stream._end(final)
-        self._streams = weakref.WeakSet()
+        self._streams.end(Closed(reason=reason, error=error))
         self._tick()
         if error is not None:
             log.info("%s: closed (%s)", self._target, reason)

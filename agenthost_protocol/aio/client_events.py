@@ -203,6 +203,20 @@ class EventStream:
         self._buffer.append(event)
         self._wakeup.set()
 
+    def _put_many(self, events: list[ClientEvent]) -> None:
+        """``_put`` of each of ``events``, in order, at once."""
+        if self._ended:
+            return
+        buffer = self._buffer
+        buffer.extend(events)
+        excess = len(buffer) - self._maxsize
+        if excess > 0:  # the oldest go, as one by one
+            for _ in range(excess):
+                buffer.popleft()
+            self._lost += excess
+            self.dropped += excess
+        self._wakeup.set()
+
     def _end(self, final: ClientEvent | None = None) -> None:
         if self._ended:
             return
@@ -237,6 +251,8 @@ class EventStream:
         return self
 
     async def __anext__(self) -> ClientEvent:
+        if self._buffer and not self._lost:  # what next() returns first, without its await
+            return self._buffer.popleft()
         event = await self.next()
         if event is None:
             raise StopAsyncIteration

@@ -5,7 +5,9 @@ A :class:`MessageTransport` carries whole JSON-RPC messages, one per
 transport spec asks: ordered, reliable, complete messages.  The client opens
 one with a :data:`TransportOpener` (again for every reconnect), so any other
 transport (an in-process queue for a test, TCP with a framing layer) plugs in
-by implementing these three methods.
+by implementing these three methods.  One that also has ``receive_batch(limit)``
+(the messages received by now, at most ``limit``, at least one; as
+:meth:`WebSocketTransport.receive_batch`) is read with it, a batch at a time.
 
 * :func:`open_websocket`: one text frame per message (the ``ws`` extra:
   ``websockets`` is imported on first use), an access token going with the
@@ -18,6 +20,7 @@ by implementing these three methods.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import os
@@ -97,11 +100,303 @@ when it cannot."""
 # -- WebSocket ------------------------------------------------------------------------
 
 
-class WebSocketTransport:
-    """A ``websockets`` client connection as a :class:`MessageTransport` (text frames)."""
+class _Binary(bytes):
+    """A binary frame's payload in :class:`_FrameReader`'s queue (a text frame's is ``bytes``)."""
 
-    def __init__(self, websocket: _WsConnection) -> None:
+    __slots__ = ()
+
+
+_FIN_TEXT: Final = 0x81
+"""The first byte of a whole (final, unfragmented) text frame without reserved bits."""
+_FIN_BINARY: Final = 0x82
+"""... of a whole binary frame."""
+_PING_PONG: Final = frozenset({0x89, 0x8A})
+"""... of a ping, of a pong (control frames are never fragmented)."""
+_QUEUE_HIGH: Final = 1 << 20
+"""Bytes of whole messages :class:`_FrameReader` holds before it pauses reading."""
+_QUEUE_LOW: Final = _QUEUE_HIGH // 4
+"""... and resumes once the reader took them below this."""
+_ITEM_COST: Final = 64
+"""What a queued message counts for besides its bytes (the object around them)."""
+_NO_LIMIT: Final = 1 << 64
+
+
+class _FrameReader(asyncio.Protocol):
+    """Reads the frames of an open ``websockets`` client connection that need no
+    more than splitting: a host's messages, each one unmasked text frame.
+
+    ``websockets`` parses every frame with a generator and wakes ``recv`` per
+    message, about 9 µs a frame; this stands between the socket and the
+    connection (``transport.set_protocol``) and splits those frames off in a
+    loop, a fraction of that.  Every other frame goes to the connection
+    (``data_received``) exactly as it came: a ping or a pong, each whole, at
+    a frame boundary, after which splitting goes on; anything else (a close,
+    a fragment, a masked or over-long frame, reserved bits) hands the
+    connection the rest of the stream for good (``passthrough``), and
+    ``websockets`` answers, assembles or fails it as ever.  Messages split
+    off are read before any ``websockets`` queues later, so the order holds.
+
+    It holds at most about :data:`_QUEUE_HIGH` bytes of messages (then pauses
+    reading, as ``websockets`` does past its ``max_queue``), plus the frame
+    being received, which ``max_size`` bounds as before.
+    """
+
+    def __init__(self, ws: _WsConnection, transport: asyncio.Transport, max_size: int | None
+                 ) -> None:
+        self._ws = ws
+        self._transport = transport
+        self._max_size = _NO_LIMIT if max_size is None else max_size
+        self.queue: collections.deque[bytes] = collections.deque()
+        self._queued = 0
+        self._paused = False
+        self._waiter: asyncio.Future[None] | None = None
+        # the start of a frame not received whole yet, and how many bytes it needs
+        self._partial: list[bytes] = []
+        self._have = 0
+        self._need = 0
+        self.passthrough = False
+        self._binary = False  # whether a binary frame was ever queued
+
+    @classmethod
+    def install(cls, ws: _WsConnection, max_size: int | None) -> _FrameReader | None:
+        """Stand between ``ws`` and its socket; ``None`` where it cannot be sure to
+        take over at a frame boundary (then ``websockets`` reads everything)."""
+        try:
+            transport = ws.transport
+            protocol = ws.protocol
+            # the generator the parser waits in, innermost (the parser yields from Protocol.parse)
+            waiting = protocol.parser
+            for _ in range(8):
+                inner = getattr(waiting, "gi_yieldfrom", None)
+                if inner is None:
+                    break
+                waiting = inner
+            code = getattr(waiting, "gi_code", None)
+            if not (
+                transport.get_protocol() is ws
+                and protocol.state.name == "OPEN"
+                and not protocol.extensions
+                and not protocol.reader.buffer
+                # the parser waits for the first byte of a frame, not in the middle of one
+                and code is not None and code.co_name == "at_eof"
+                and len(ws.recv_messages.frames) == 0
+            ):
+                return None
+            # the limits websockets holds a frame to (which the caller may have set apart)
+            names = (("max_message_size", "max_fragment_size")  # newer: message and frame
+                     if hasattr(protocol, "max_message_size") else ("max_size",))
+            theirs: list[object] = [getattr(protocol, name) for name in names]
+        except Exception:  # another websockets than the ones this knows
+            return None
+        limits: list[int] = []
+        for limit in (max_size, *theirs):
+            if limit is None:
+                continue
+            if type(limit) is not int:
+                return None
+            limits.append(limit)
+        reader = cls(ws, transport, min(limits) if limits else None)
+        transport.set_protocol(reader)
+        return reader
+
+    # -- the socket's side (asyncio.Protocol) --------------------------------------------
+
+    def data_received(self, data: bytes) -> None:
+        if self.passthrough:
+            self._ws.data_received(data)
+            return
+        if self._partial:
+            self._partial.append(data)
+            self._have += len(data)
+            if self._have < self._need:
+                return
+            data = b"".join(self._partial)
+            self._partial = []
+        size = len(data)
+        limit = self._max_size
+        messages: list[bytes] = []
+        take = messages.append
+        at = 0
+        need = 0
+        while True:
+            left = size - at
+            if left < 4:
+                if left < 2:
+                    need = 2
+                    break
+                if data[at + 1] == 126:
+                    need = 4
+                    break
+            first = data[at]
+            length = data[at + 1]  # unmasked: a host never masks
+            if length == 126:  # most messages: 126 to 65535 bytes
+                length = (data[at + 2] << 8) | data[at + 3]
+                start = at + 4
+            elif length < 126:
+                start = at + 2
+            elif length == 127:
+                if left < 10:
+                    need = 10
+                    break
+                length = int.from_bytes(data[at + 2:at + 10], "big")
+                start = at + 10
+            else:
+                break  # masked: websockets fails the connection
+            end = start + length
+            if first == _FIN_TEXT:
+                if end > size or length > limit:
+                    if length > limit:
+                        break  # websockets fails it (1009)
+                    need = end - at
+                    break
+                take(data[start:end])
+            elif first == _FIN_BINARY:
+                if length > limit:
+                    break
+                if end > size:
+                    need = end - at
+                    break
+                take(_Binary(data[start:end]))
+                self._binary = True
+            elif first in _PING_PONG and length <= 125:
+                if end > size:
+                    need = end - at
+                    break
+                # websockets answers a ping and resolves a pong's waiter
+                self._ws.data_received(data[at:end])
+            else:
+                break
+            at = end
+        if messages:
+            self.queue.extend(messages)
+            self._queued += sum(map(len, messages)) + _ITEM_COST * len(messages)
+            self._wake()
+            if self._queued > _QUEUE_HIGH and not self._paused:
+                self._paused = True
+                self._transport.pause_reading()
+        if need:
+            if at < size:
+                self._partial = [data[at:] if at else data]
+                self._have = size - at
+                self._need = need
+        elif at < size:
+            self._hand_over(data[at:] if at else data)
+
+    def _hand_over(self, data: bytes) -> None:
+        """From here on, websockets reads everything (``data`` first)."""
+        self.passthrough = True
+        self._wake()
+        if data:
+            self._ws.data_received(data)
+
+    def _flush(self) -> None:
+        if not self.passthrough:
+            partial, self._partial = self._partial, []
+            self._hand_over(b"".join(partial))
+
+    def eof_received(self) -> None:
+        self._flush()
+        self._ws.eof_received()  # returns None: the transport closes
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._flush()
+        self._ws.connection_lost(exc)
+        self._wake()
+
+    def pause_writing(self) -> None:
+        self._ws.pause_writing()
+
+    def resume_writing(self) -> None:
+        self._ws.resume_writing()
+
+    # -- the reader's side -----------------------------------------------------------------
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def wait(self) -> None:
+        """Until a message is queued or ``websockets`` reads the rest."""
+        while not self.queue and not self.passthrough:
+            waiter = self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await waiter
+            finally:
+                self._waiter = None
+
+    def take(self, limit: int) -> list[bytes]:
+        """Up to ``limit`` queued messages (UTF-8 text as ``bytes``), oldest first.
+
+        Raises ``UnicodeDecodeError``, as ``websockets`` does, for a text frame
+        that is not UTF-8, once the messages before it are taken.
+        """
+        queue = self.queue
+        if len(queue) <= limit:
+            taken = list(queue)
+            queue.clear()
+        else:
+            taken = [queue.popleft() for _ in range(limit)]
+        if self._binary or not all(map(bytes.isascii, taken)):
+            queue.extendleft(reversed(taken))
+            return self._take_checked(limit)
+        self._taken(sum(map(len, taken)) + _ITEM_COST * len(taken))
+        return taken
+
+    def _take_checked(self, limit: int) -> list[bytes]:
+        """:meth:`take`, message by message: binary ones, and text that is not ASCII."""
+        queue = self.queue
+        taken: list[bytes] = []
+        freed = 0
+        try:
+            while queue and len(taken) < limit:
+                item = queue[0]
+                if type(item) is bytes:
+                    if not item.isascii():
+                        item.decode()  # strict, as websockets decodes a text frame
+                else:
+                    item = bytes(item)
+                queue.popleft()
+                freed += len(item) + _ITEM_COST
+                taken.append(item)
+        except UnicodeDecodeError:
+            if taken:
+                return taken
+            freed += len(queue.popleft()) + _ITEM_COST
+            raise
+        finally:
+            self._taken(freed)
+        return taken
+
+    def pop(self) -> bytes | str:
+        """The oldest queued message, as ``websockets`` gives it (text as ``str``)."""
+        item = self.queue.popleft()
+        self._taken(len(item) + _ITEM_COST)
+        return item.decode() if type(item) is bytes else bytes(item)
+
+    def _taken(self, freed: int) -> None:
+        self._queued -= freed
+        if self._paused and self._queued <= _QUEUE_LOW:
+            self._paused = False
+            self._transport.resume_reading()
+
+
+class WebSocketTransport:
+    """A ``websockets`` client connection as a :class:`MessageTransport` (text frames).
+
+    Whole unmasked text (and binary) frames are split off the socket by the
+    transport itself, which costs a fraction of ``websockets``' frame parser;
+    every other frame, and everything on a connection with an extension
+    (compression) or that had received messages before the transport was
+    made, is ``websockets``' to read, as before.  ``max_size``: the largest
+    message accepted (``None``: any); ``websockets``' own ``max_size`` holds
+    too.  Read messages through the transport, not its :attr:`websocket`.
+    """
+
+    def __init__(self, websocket: _WsConnection, max_size: int | None = DEFAULT_MAX_MESSAGE_SIZE
+                 ) -> None:
         self._ws = websocket
+        self._frames = _FrameReader.install(websocket, max_size)
 
     @property
     def websocket(self) -> _WsConnection:
@@ -118,6 +413,29 @@ class WebSocketTransport:
             raise TransportClosed(_describe_close(e)) from None
 
     async def receive(self) -> bytes | str:
+        frames = self._frames
+        if frames is not None:
+            if not frames.queue:
+                await frames.wait()
+            if frames.queue:
+                return frames.pop()
+        return await self._receive()
+
+    async def receive_batch(self, limit: int) -> list[bytes | str]:
+        """The messages received by now, at most ``limit`` (at least one: waits for it).
+
+        Text comes as UTF-8 ``bytes`` (checked) where the transport split it
+        off itself, else as :meth:`receive` gives it.
+        """
+        frames = self._frames
+        if frames is not None:
+            if not frames.queue:
+                await frames.wait()
+            if frames.queue:
+                return frames.take(limit)  # type: ignore[return-value]
+        return [await self._receive()]
+
+    async def _receive(self) -> bytes | str:
         from websockets.exceptions import ConnectionClosed  # noqa: PLC0415
 
         try:
@@ -306,7 +624,7 @@ async def open_websocket(
         raise ConnectError(url, _os_reason(e)) from None
     except WebSocketException as e:
         raise ConnectError(url, f"WebSocket handshake failed: {e}") from None
-    return WebSocketTransport(websocket)
+    return WebSocketTransport(websocket, max_message_size)
 
 
 def _os_reason(error: OSError) -> str:

@@ -144,8 +144,13 @@ if TYPE_CHECKING:
 
 DEFAULT_CHAT_VIEW_TURNS: Final = 50
 """Turns of a chat :meth:`AsyncClient.subscribe` asks for by default (its latest)."""
+DEFAULT_CHAT_DELIVERY_MS: Final = 20
+"""The ``delivery.maxLatencyMs`` :meth:`AsyncClient.subscribe` asks for a chat by default:
+a host may merge a streaming reply's deltas within it.  Well under what a reader
+notices, and an agent streams several deltas in it: fewer messages to decode."""
 
 __all__ = [
+    "DEFAULT_CHAT_DELIVERY_MS",
     "DEFAULT_CHAT_VIEW_TURNS",
     "DEFAULT_CLIENT_INFO",
     "DEFAULT_EVENT_BUFFER",
@@ -366,6 +371,9 @@ class AsyncClient:
     size of an :class:`EventStream`'s buffer.  ``chat_view_turns``: how many
     of a chat's latest turns :meth:`subscribe` asks for by default (``None``:
     all of them); older ones come with :meth:`fetch_older_turns`.
+    ``chat_delivery_ms``: the ``delivery.maxLatencyMs`` it asks for a chat by
+    default (a host may merge deltas within it; ``None`` or ``0``: every action
+    as dispatched).
 
     Use it as ``async with`` (or :meth:`open` then :meth:`close`)::
 
@@ -388,6 +396,7 @@ class AsyncClient:
         on_server_request: ServerRequestHandler | None = None,
         event_buffer: int = DEFAULT_EVENT_BUFFER,
         chat_view_turns: int | None = DEFAULT_CHAT_VIEW_TURNS,
+        chat_delivery_ms: int | None = DEFAULT_CHAT_DELIVERY_MS,
     ) -> None:
         if request_timeout is not None and request_timeout <= 0:
             raise ValueError("request_timeout must be positive (or None)")
@@ -409,6 +418,9 @@ class AsyncClient:
         if chat_view_turns is not None and chat_view_turns < 0:
             raise ValueError("chat_view_turns must not be negative (or None)")
         self.chat_view_turns = chat_view_turns
+        if chat_delivery_ms is not None and chat_delivery_ms < 0:
+            raise ValueError("chat_delivery_ms must not be negative (or None)")
+        self.chat_delivery_ms = chat_delivery_ms
         self._link: _Link | None = None
         self._links = 0
         self._opened = False
@@ -635,13 +647,17 @@ class AsyncClient:
 
         A chat is asked for with ``view`` (default: its last ``chat_view_turns``
         turns, so that a long chat opens at once; ``SubscribeView()`` asks for
-        all); :meth:`fetch_older_turns` pages the rest.  Raises
+        all); :meth:`fetch_older_turns` pages the rest.  And with ``delivery``
+        (default: ``maxLatencyMs`` of ``chat_delivery_ms``, which lets the host
+        merge a stream's deltas; ``SubscriptionDeliveryOptions(max_latency_ms=0)``
+        asks for every action as dispatched).  Raises
         :class:`RequestError` (``-32008`` NotFound ...) if the host refuses.
         """
-        if view is None and self.chat_view_turns is not None and (
-            channel_kind(channel) is ChannelKind.CHAT
-        ):
-            view = SubscribeView(turns=self.chat_view_turns)
+        if channel_kind(channel) is ChannelKind.CHAT:
+            if view is None and self.chat_view_turns is not None:
+                view = SubscribeView(turns=self.chat_view_turns)
+            if delivery is None and self.chat_delivery_ms:
+                delivery = SubscriptionDeliveryOptions(max_latency_ms=self.chat_delivery_ms)
         end = await self._call(
             "subscribe",
             lambda: self._issued(lambda: self._conn.subscribe(channel, delivery=delivery,
@@ -1419,6 +1435,7 @@ def connect(
     on_server_request: ServerRequestHandler | None = None,
     event_buffer: int = DEFAULT_EVENT_BUFFER,
     chat_view_turns: int | None = DEFAULT_CHAT_VIEW_TURNS,
+    chat_delivery_ms: int | None = DEFAULT_CHAT_DELIVERY_MS,
     headers: Mapping[str, str] | None = None,
     open_timeout: float | None = 10.0,
     max_message_size: int | None = DEFAULT_MAX_MESSAGE_SIZE,
@@ -1467,6 +1484,7 @@ def connect(
         client_info=client_info, locale=locale, clock=clock, request_timeout=request_timeout,
         reconnect=_policy(reconnect), on_server_request=on_server_request,
         event_buffer=event_buffer, chat_view_turns=chat_view_turns,
+        chat_delivery_ms=chat_delivery_ms,
     ))
 
 
@@ -1487,6 +1505,7 @@ def connect_stdio(
     on_server_request: ServerRequestHandler | None = None,
     event_buffer: int = DEFAULT_EVENT_BUFFER,
     chat_view_turns: int | None = DEFAULT_CHAT_VIEW_TURNS,
+    chat_delivery_ms: int | None = DEFAULT_CHAT_DELIVERY_MS,
     max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
     close_timeout: float = 5.0,
 ) -> Connecting:
@@ -1519,6 +1538,6 @@ def connect_stdio(
         protocol_versions=protocol_versions, client_info=client_info, locale=locale,
         clock=clock, request_timeout=request_timeout, reconnect=_policy(reconnect),
         on_server_request=on_server_request, event_buffer=event_buffer,
-        chat_view_turns=chat_view_turns,
+        chat_view_turns=chat_view_turns, chat_delivery_ms=chat_delivery_ms,
         close_timeout=2 * close_timeout + 5,
     ))

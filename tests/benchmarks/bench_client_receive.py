@@ -27,9 +27,10 @@ figure: one client fed the same frames in-process, put straight into its
 socket's protocol 64 KiB at a time while the host is idle, so nothing else
 competes for the CPU (on a shared machine the first figure moves with the
 load).  ``--max-latency-ms`` subscribes with
-``SubscriptionDeliveryOptions(max_latency_ms=...)`` (the host may then
-coalesce; the goals are for every action delivered separately, the
-default).  ``--profile FILE`` writes a cProfile of the first one-client
+``SubscriptionDeliveryOptions(max_latency_ms=...)`` (above 0 the host may
+then coalesce; the goals are for every action delivered separately: 0, the
+default; -1 leaves the client's own default, ``DEFAULT_CHAT_DELIVERY_MS``).
+``--profile FILE`` writes a cProfile of the first one-client
 round of this process (the client's receive path).
 
 Run from the repository root::
@@ -163,7 +164,7 @@ async def _open(url: str, number: int, max_latency_ms: int | None) -> Any:
     client = await connect(url, client_id=f"bench-{os.getpid()}-{number}", reconnect=False,
                            ping_interval=None)
     await client.initialize()
-    delivery = (None if max_latency_ms is None
+    delivery = (None if max_latency_ms is None or max_latency_ms < 0
                 else t.SubscriptionDeliveryOptions(max_latency_ms=max_latency_ms))
     await client.subscribe(CHAT, delivery=delivery)
     return client
@@ -303,7 +304,7 @@ async def _run(args: argparse.Namespace) -> None:
     try:
         assert server.stdout is not None and server.stdin is not None
         url = (await server.stdout.readline()).decode().strip()
-        delivery = ("default" if args.max_latency_ms is None
+        delivery = ("the client's default" if args.max_latency_ms < 0
                     else f"max_latency_ms={args.max_latency_ms}")
         pace = f"{args.rate:,.0f} deltas/s" if args.rate else "as fast as the host can"
         print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs; {args.deltas:,} "
@@ -346,7 +347,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--rate", type=float, default=0.0,
                         help="deltas per second the host streams (default: as fast as it can)")
-    parser.add_argument("--max-latency-ms", type=int, default=None)
+    parser.add_argument("--max-latency-ms", type=int, default=0,
+                        help="delivery.maxLatencyMs of the subscription (-1: the client's "
+                        "default; 0, the default: every action as dispatched)")
     parser.add_argument("--replay", action="store_true",
                         help="also: one client fed the frames in-process, the host idle")
     parser.add_argument("--profile", help="write a cProfile of the first one-client round here")

@@ -41,6 +41,7 @@ import importlib
 import json
 import math
 import re
+import sys
 import types as _pytypes
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
@@ -73,6 +74,13 @@ from .errors import (
 from .methods import METHODS, AnyMessage, MessageKind
 from .types._tags import ACTION_CLASSES, TAGGED_UNIONS
 from .types._text import TextBuffer, as_text, optional_text
+
+_model_plain_init: Callable[[type], bool] | None
+try:
+    # The generated model writes the methods attrs would (``types/_model.py``).
+    from .types._model import plain_init as _model_plain_init
+except ImportError:  # pragma: no cover - a model whose classes attrs builds
+    _model_plain_init = None
 
 __all__ = [
     "JSON_BACKEND",
@@ -774,6 +782,14 @@ def _open_enum(tp: Any) -> type[Enum] | None:
     return other
 
 
+# Names that recur across a chat, each tool call and message carrying its own
+# copy: the decoder hands out one string per value instead (``sys.intern``,
+# whose table holds a string only while something else does), so a long chat
+# keeps one ``"grep"``, not one per call.  Ids and text are left alone: they
+# do not repeat.
+_SHARED_STRINGS: Final = frozenset({"tool_name", "display_name", "client_id", "customization_id"})
+
+
 def _structure_check(
     tp: Any, conv: cattrs.Converter, ns: dict[str, Any], i: int, converter: Any = None
 ) -> str | None:
@@ -906,6 +922,9 @@ def _structure_function(conv: cattrs.Converter, cls: type) -> Callable[[Any, Any
             "else:",
             *(f"    {line}" for line in call),
         ]
+        if a.name in _SHARED_STRINGS and tp is str:
+            ns["_intern"] = sys.intern
+            body.append(f"{out} = _intern({out})")
         if a.default is attrs.NOTHING:
             lines += [
                 "    try:",
@@ -941,14 +960,20 @@ def _structure_function(conv: cattrs.Converter, cls: type) -> Callable[[Any, Any
 def _plain_init(cls: type) -> bool:
     """Whether ``cls.__init__`` only stores its arguments (converted) in the slots.
 
-    True for an attrs class whose ``__init__`` attrs wrote, with slots that
-    are exactly its fields, no validators, no pre- or post-init hook and plain
+    True for an attrs class whose ``__init__`` attrs wrote (or the generated
+    model wrote in its place, ``types/_model.py``), with slots that are
+    exactly its fields, no validators, no pre- or post-init hook and plain
     converter functions: then storing the slots directly builds the very
     object ``__init__`` would, without its cost (a frozen class stores each
     field through ``object.__setattr__`` behind a bound-method lookup).
     """
     init = getattr(vars(cls).get("__init__"), "__code__", None)
-    if init is None or not init.co_filename.startswith("<attrs generated"):
+    if init is None:
+        return False
+    # attrs's own ``__init__``, or the one ``tools/gen_model.py`` writes in its place.
+    if not init.co_filename.startswith("<attrs generated") and not (
+        _model_plain_init is not None and _model_plain_init(cls)
+    ):
         return False
     if hasattr(cls, "__attrs_pre_init__") or hasattr(cls, "__attrs_post_init__"):
         return False
@@ -981,20 +1006,33 @@ def _construct(cls: type, values: list[str], ns: dict[str, Any]) -> list[str]:
             "except Exception as e:",
             "    raise _to_fail(e) from None",
         ]
-    ns["_new"], ns["_set"] = object.__new__, object.__setattr__
+    # The object is made as an instance of a private subclass whose stores are
+    # plain slot stores (the frozen class's ``__setattr__`` raises), then given
+    # its class: the subclass adds no slots, so the layouts are the same.  A
+    # store costs a few nanoseconds instead of a call of ``object.__setattr__``.
+    ns["_building"] = type(
+        f"_Building{cls.__name__}",
+        (cls,),
+        {
+            "__slots__": (),
+            "__init__": object.__init__,  # calling the class allocates faster than ``__new__``
+            "__setattr__": object.__setattr__,
+            "__delattr__": object.__delattr__,
+        },
+    )
     stores = []
     for i, (a, v) in enumerate(zip(fields, values, strict=True)):
         if a.converter is not None:
             ns[f"c{i}"] = a.converter
         value = v if a.converter is None else f"c{i}({v})"
-        stores.append(f"_set(inst, {a.name!r}, {value})")
-    lines = ["inst = _new(cls)"]
+        stores.append(f"inst.{a.name} = {value}")
+    lines = ["inst = _building()"]
     if any(a.converter is not None for a in fields):
         lines += ["try:", *(f"    {s}" for s in stores), "except Exception as e:",
                   "    raise _to_fail(e) from None"]
     else:
         lines += stores
-    return [*lines, "return inst"]
+    return [*lines, "inst.__class__ = cls", "return inst"]
 
 
 def _constructor(cls: type) -> Callable[..., Any]:

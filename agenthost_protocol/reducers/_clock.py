@@ -22,6 +22,7 @@ out-of-range values is broken, but the states it produces stay well-formed.
 from __future__ import annotations
 
 import datetime
+import functools
 import math
 import time
 from collections.abc import Callable
@@ -68,27 +69,33 @@ def iso_timestamp(ms: float) -> str:
     are clamped (see the module docstring); never raises for a real number.
     """
     days, ms_of_day = divmod(clamp_ms(ms), _MS_PER_DAY)
+    seconds, millis = divmod(ms_of_day, 1000)
+    minutes, second = divmod(seconds, 60)
+    hour, minute = divmod(minutes, 60)
+    # Tables rather than format specifications: ``f"{n:02d}"`` costs several
+    # times as much, and a turn's start and end each render a timestamp.
+    return (
+        f"{_day_text(days)}T{_TWO_DIGITS[hour]}:{_TWO_DIGITS[minute]}:"
+        f"{_TWO_DIGITS[second]}.{_THREE_DIGITS[millis]}Z"
+    )
+
+
+# A clock stays on one day for a day: the calendar is worked out once a day
+# (about half the cost of a timestamp), in a small cache of this pure function.
+@functools.lru_cache(maxsize=8)
+def _day_text(days: int) -> str:
+    """The date part of ``toISOString``, ``days`` after 1970-01-01: ``2025-06-15``."""
     if _FIRST_DAY <= days <= _LAST_DAY:  # years 1 to 9999: the C calendar of ``datetime``
         date = _date_from_ordinal(days + _ORDINAL_1970)
         year, month, day = date.year, date.month, date.day
     else:
         year, month, day = _civil_from_days(days)
-    seconds, millis = divmod(ms_of_day, 1000)
-    minutes, second = divmod(seconds, 60)
-    hour, minute = divmod(minutes, 60)
     # Four digits for years 0 to 9999; a sign and six digits beyond (ES2015 "expanded years").
-    if 1000 <= year <= 9999:
-        year_text = str(year)
-    elif 0 <= year <= 9999:
+    if 0 <= year <= 9999:
         year_text = "%04d" % year  # noqa: UP031
     else:
         year_text = ("+" if year > 0 else "-") + "%06d" % abs(year)  # noqa: UP031
-    # Tables rather than format specifications: ``f"{n:02d}"`` costs several
-    # times as much, and a turn's start and end each render a timestamp.
-    return (
-        f"{year_text}-{_TWO_DIGITS[month]}-{_TWO_DIGITS[day]}T{_TWO_DIGITS[hour]}:"
-        f"{_TWO_DIGITS[minute]}:{_TWO_DIGITS[second]}.{_THREE_DIGITS[millis]}Z"
-    )
+    return f"{year_text}-{_TWO_DIGITS[month]}-{_TWO_DIGITS[day]}"
 
 
 _date_from_ordinal = datetime.date.fromordinal

@@ -25,7 +25,7 @@ ones, so it is never used.
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Final, get_args
 
 from ..types import (
     ActiveTurn,
@@ -36,17 +36,21 @@ from ..types import (
     ToolCallPendingConfirmationState,
     ToolCallPendingResultConfirmationState,
     ToolCallResponsePart,
+    ToolCallState,
 )
 from ..types.enums import ACTIVITY_MASK
 
 __all__ = [
     "ACTIVITY_MASK",
+    "BLOCKING_TYPES",
+    "NOT_BLOCKING_TYPES",
     "chat_activity",
     "chat_status",
     "has_blocking_tool_call",
     "has_open_input_request",
     "needs_input",
     "recompute_chat_status",
+    "status_of",
     "with_activity",
     "without_flag",
 ]
@@ -57,6 +61,11 @@ _BLOCKING: Final = (
     ToolCallPendingResultConfirmationState,
     ToolCallAuthRequiredState,
 )
+# ``isinstance`` against the three classes costs three subclass checks for
+# every other call: the exact classes are looked up first, and ``isinstance``
+# decides only for a class of neither set (a subclass).
+BLOCKING_TYPES: Final[frozenset[type]] = frozenset(_BLOCKING)
+NOT_BLOCKING_TYPES: Final[frozenset[type]] = frozenset(get_args(ToolCallState)) - BLOCKING_TYPES
 
 # ``SessionStatus(value)`` goes through the enum machinery (about 1 µs), and
 # a chat only ever moves between a handful of values, all below 128 unless a
@@ -67,7 +76,8 @@ _STATUS_TABLE: Final[tuple[SessionStatus, ...]] = tuple(
 )
 
 
-def _status_of(value: int) -> SessionStatus:
+def status_of(value: int) -> SessionStatus:
+    """``SessionStatus(value)``, from the table for the usual values."""
     if 0 <= value < _TABLE_SIZE:
         return _STATUS_TABLE[value]
     return SessionStatus(value)
@@ -126,7 +136,7 @@ def with_activity(status: int, activity: int) -> SessionStatus:
     value = (int(status) & _FLAG_MASK) | (int(activity) & ACTIVITY_MASK)
     if isinstance(status, SessionStatus) and value == status:
         return status
-    return _status_of(value)
+    return status_of(value)
 
 
 def without_flag(status: int, flag: int) -> SessionStatus:
@@ -134,7 +144,7 @@ def without_flag(status: int, flag: int) -> SessionStatus:
     value = int(status) & ~int(flag)
     if isinstance(status, SessionStatus) and value == status:
         return status
-    return _status_of(value)
+    return status_of(value)
 
 
 def chat_status(
@@ -157,7 +167,11 @@ def chat_status(
         for part in active_turn.response_parts:
             kind = type(part)
             if kind is ToolCallResponsePart:
-                if isinstance(part.tool_call, _BLOCKING):  # type: ignore[union-attr]
+                call = part.tool_call  # type: ignore[union-attr]
+                call_kind = type(call)
+                if call_kind in BLOCKING_TYPES or (
+                    call_kind not in NOT_BLOCKING_TYPES and isinstance(call, _BLOCKING)
+                ):
                     activity = _INPUT_NEEDED
                     break
             elif kind is InputRequestResponsePart and part.response is None:  # type: ignore[union-attr]

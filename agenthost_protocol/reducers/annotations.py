@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final, get_args
 
-from attrs import evolve
 from typing_extensions import TypeIs, assert_never
 
 from ..types import (
@@ -28,14 +27,16 @@ from ..types import (
     UnknownAction,
 )
 from ._clock import Clock
+from ._copy import evolve
 
 __all__ = ["annotations_reducer"]
 
-_ANNOTATIONS_ACTIONS: Final = tuple(get_args(AnnotationsAction))
+# Exact classes, as the chat reducer routes: a set lookup, not an ``isinstance`` per class.
+_ANNOTATIONS_ACTIONS: Final[frozenset[type]] = frozenset(get_args(AnnotationsAction))
 
 
 def _is_annotations_action(action: StateAction) -> TypeIs[AnnotationsAction]:
-    return isinstance(action, _ANNOTATIONS_ACTIONS)
+    return type(action) in _ANNOTATIONS_ACTIONS
 
 
 def annotations_reducer(

@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final, get_args
 
-from attrs import evolve
 from typing_extensions import TypeIs, assert_never
 
 from ..types import (
@@ -33,14 +32,16 @@ from ..types import (
     UnknownAction,
 )
 from ._clock import Clock
+from ._copy import evolve
 
 __all__ = ["changeset_reducer"]
 
-_CHANGESET_ACTIONS: Final = tuple(get_args(ChangesetAction))
+# Exact classes, as the chat reducer routes: a set lookup, not an ``isinstance`` per class.
+_CHANGESET_ACTIONS: Final[frozenset[type]] = frozenset(get_args(ChangesetAction))
 
 
 def _is_changeset_action(action: StateAction) -> TypeIs[ChangesetAction]:
-    return isinstance(action, _CHANGESET_ACTIONS)
+    return type(action) in _CHANGESET_ACTIONS
 
 
 def changeset_reducer(

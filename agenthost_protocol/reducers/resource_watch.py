@@ -25,11 +25,12 @@ from ._clock import Clock
 
 __all__ = ["resource_watch_reducer"]
 
-_RESOURCE_WATCH_ACTIONS: Final = tuple(get_args(ResourceWatchAction))
+# Exact classes, as the chat reducer routes: a set lookup, not an ``isinstance`` per class.
+_RESOURCE_WATCH_ACTIONS: Final[frozenset[type]] = frozenset(get_args(ResourceWatchAction))
 
 
 def _is_resource_watch_action(action: StateAction) -> TypeIs[ResourceWatchAction]:
-    return isinstance(action, _RESOURCE_WATCH_ACTIONS)
+    return type(action) in _RESOURCE_WATCH_ACTIONS
 
 
 def resource_watch_reducer(

@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final, get_args
 
-from attrs import evolve
 from typing_extensions import TypeIs, assert_never
 
 from .._json import json_equal
@@ -27,14 +26,16 @@ from ..types import (
     UnknownAction,
 )
 from ._clock import Clock
+from ._copy import evolve
 
 __all__ = ["root_reducer"]
 
-_ROOT_ACTIONS: Final = tuple(get_args(RootAction))
+# Exact classes, as the chat reducer routes: a set lookup, not an ``isinstance`` per class.
+_ROOT_ACTIONS: Final[frozenset[type]] = frozenset(get_args(RootAction))
 
 
 def _is_root_action(action: StateAction) -> TypeIs[RootAction]:
-    return isinstance(action, _ROOT_ACTIONS)
+    return type(action) in _ROOT_ACTIONS
 
 
 def root_reducer(

@@ -26,7 +26,6 @@ from collections.abc import Callable
 from typing import Any, Final, TypeVar, cast, get_args
 
 import attrs
-from attrs import evolve
 from typing_extensions import TypeIs, assert_never
 
 from .._json import json_equal
@@ -80,13 +79,16 @@ from ..types import (
 from ..types.customizations import McpServerStartingState, McpServerStoppedState
 from ..types.enums import ACTIVITY_MASK
 from ._clock import Clock
+from ._copy import evolve
+from ._status import status_of
 
 __all__ = ["session_reducer"]
 
 _T = TypeVar("_T")
 _E = TypeVar("_E", bound="Customization | ChildCustomization")
 
-_SESSION_ACTIONS: Final = tuple(get_args(SessionAction))
+# Exact classes, as the chat reducer routes: a set lookup, not an ``isinstance`` per class.
+_SESSION_ACTIONS: Final[frozenset[type]] = frozenset(get_args(SessionAction))
 
 # ``session/chatUpdated`` patches every ``ChatSummary`` field it shares with
 # ``PartialChatSummary`` except the identity field ``resource``.
@@ -98,7 +100,7 @@ _CHAT_PATCH_FIELDS: Final = tuple(
 
 
 def _is_session_action(action: StateAction) -> TypeIs[SessionAction]:
-    return isinstance(action, _SESSION_ACTIONS)
+    return type(action) in _SESSION_ACTIONS
 
 
 def session_reducer(
@@ -277,13 +279,13 @@ def _with_status_flag(state: SessionState, flag: SessionStatus, on: bool) -> Ses
     new = old | int(flag) if on else old & ~int(flag)
     if new == old:
         return state
-    return evolve(state, status=SessionStatus(new))
+    return evolve(state, status=status_of(new))
 
 
 def _with_activity(status: SessionStatus, activity: SessionStatus) -> SessionStatus:
     """``status`` with its activity bits replaced; flags (and unknown bits) kept."""
     value = (int(status) & ~ACTIVITY_MASK) | int(activity)
-    return status if value == int(status) else SessionStatus(value)
+    return status if value == int(status) else status_of(value)
 
 
 def _request_id(request: SessionInputRequest) -> object:
@@ -305,7 +307,7 @@ def _input_needed_removed(state: SessionState, request_id: str) -> SessionState:
         # Only bit 4 is cleared: InputNeeded (24) falls back to InProgress (8),
         # any other activity value stays (the reference's rule, inventory §2.2).
         value = int(state.status) & ~16
-        status = state.status if value == int(state.status) else SessionStatus(value)
+        status = state.status if value == int(state.status) else status_of(value)
     return evolve(state, input_needed=kept or None, status=status)
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final, get_args
 
-from attrs import evolve
 from typing_extensions import TypeIs, assert_never
 
 from ..types import (
@@ -38,14 +37,16 @@ from ..types import (
     UnknownAction,
 )
 from ._clock import Clock
+from ._copy import evolve
 
 __all__ = ["terminal_reducer"]
 
-_TERMINAL_ACTIONS: Final = tuple(get_args(TerminalAction))
+# Exact classes, as the chat reducer routes: a set lookup, not an ``isinstance`` per class.
+_TERMINAL_ACTIONS: Final[frozenset[type]] = frozenset(get_args(TerminalAction))
 
 
 def _is_terminal_action(action: StateAction) -> TypeIs[TerminalAction]:
-    return isinstance(action, _TERMINAL_ACTIONS)
+    return type(action) in _TERMINAL_ACTIONS
 
 
 def terminal_reducer(

@@ -13,7 +13,8 @@ handle on a prefix of a shared, append-only *line* of text:
 * every handle keeps meaning the same text forever, and reading it (``value``)
   joins the pieces once and caches the ``str``;
 * a text never appended to (``TextBuffer.of``) has no line until its first
-  append.
+  append, and a text that will not grow any more can drop its line
+  (``settle``: the chat reducer does so for the texts of a finished turn).
 
 A line keeps its text compact: every :data:`_LOOSE` deltas are joined into a
 block, and everything into one string whenever the blocks and loose deltas
@@ -141,13 +142,33 @@ class TextBuffer:
             value = self._value = self._materialise()
         return value
 
+    def settle(self) -> None:
+        """Keep this text as one string, without the line it was streamed into.
+
+        For a text that will not grow any more (a finished turn's): a line
+        holds the deltas not joined yet, its lists and its own state, often
+        more than the text.  The handle keeps meaning the same text (appending
+        to it starts a new line, as for a text never appended to), and the
+        line stays valid for the other handles that keep it.  Like reading
+        ``value``, this changes a cache, never the value: the string is set
+        before the line is dropped, so a thread reading this handle at the
+        same time finds one or the other.
+        """
+        if self._line is not None:
+            self._value = self.value
+            self._line = None
+
     def _materialise(self) -> str:
         # Iterative, not recursive: branches of branches may nest deeply.
         pieces: list[str] = []
         buffer = self
         while True:
             line = buffer._line
-            assert line is not None  # a buffer without a line has its value
+            if line is None:  # settled since its value was found missing (``settle``)
+                value = buffer._value
+                assert value is not None  # a buffer without a line has its value
+                pieces.append(value)
+                break
             own = line.own_text()
             need = buffer._size - line.base
             pieces.append(own if len(own) == need else own[:need])

@@ -6,8 +6,10 @@ by reference, as ``Host.by_reference`` does for every agent).  The library's
 client then opens it as an application would (``subscribe`` with its
 default view), and pages every older turn with ``fetchTurns``.  Prints the
 content held, the host's memory for it (traced Python memory and the growth
-of the process's maximum RSS), the time to open, the bytes of the first
-message, and the time to page the whole chat.
+of the process's maximum RSS; "chat memory ÷ text" is the traced memory over
+the content's characters), the time to open, the bytes of the first message,
+and the time to page the whole chat.  ``bench_text_memory`` measures a
+200-turn chat of short replies, where the per-turn overhead shows.
 
 Run from the repository root::
 
@@ -44,7 +46,8 @@ async def _run(turns: int) -> None:
         tracemalloc.stop()
         print(f"chat: {turns} turns, {content / 1e6:,.1f} MB of content; host memory "
               f"{held / 2**20:,.1f} MiB traced ({demo.host.content.total_bytes / 2**20:,.1f} MiB "
-              f"of it stored by reference), max RSS +{_rss_mb() - rss0:,.0f} MB")
+              f"of it stored by reference), max RSS +{_rss_mb() - rss0:,.0f} MB; "
+              f"chat memory ÷ text {held / content:.2f}")
         async with connect(demo.url, reconnect=False) as client:
             await client.initialize()
             started = time.perf_counter()

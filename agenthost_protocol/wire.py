@@ -388,7 +388,10 @@ class _Codec:
         self, tag_key: str, tags: dict[Any, Any], unknown: type | None
     ) -> Callable[[Any, Any], Any]:
         c = self.c
-        hooks = {tag: (cls, c.get_structure_hook(cls)) for tag, cls in tags.items()}
+        # each variant's hook is built the first time its tag is seen: a session's
+        # snapshot names a few variants of many unions (the first decode of one built
+        # some 170 hooks, most never used)
+        hooks: dict[Any, tuple[Any, Callable[[Any, Any], Any]]] = {}
 
         def tagged(value: Any, _: Any) -> Any:
             if type(value) is not dict:
@@ -397,13 +400,18 @@ class _Codec:
                 raise _Fail("required field missing", (tag_key,))
             tag = value[tag_key]
             if tag_key == "approved":
-                hit = hooks.get(tag) if isinstance(tag, bool) else None
+                known = isinstance(tag, bool)
             elif type(tag) is str:
-                hit = hooks.get(tag)
+                known = True
             else:
                 # Tags are strings: a number, null or array is a malformed value,
                 # not a variant from a newer peer.
                 raise _Fail(f"the {tag_key!r} discriminator must be a string", (tag_key,))
+            hit = hooks.get(tag) if known else None
+            if hit is None and known:
+                cls = tags.get(tag)
+                if cls is not None:
+                    hit = hooks[tag] = (cls, c.get_structure_hook(cls))
             if hit is not None:
                 cls, hook = hit
                 return hook(value, cls)

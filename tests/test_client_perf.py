@@ -976,7 +976,9 @@ def test_a_client_reads_a_long_stream_to_the_hosts_state() -> None:
                 transport = client.transport
                 assert isinstance(transport, WebSocketTransport) and transport._frames
                 await client.initialize()
-                snapshot = await client.subscribe(CHAT)
+                # every action apart (the client's default lets the host merge deltas)
+                snapshot = await client.subscribe(
+                    CHAT, delivery=t.SubscriptionDeliveryOptions(max_latency_ms=0))
                 assert snapshot is not None
                 stream = client.events(buffer=10_000)
                 for n in range(3000):

@@ -643,6 +643,12 @@ class HostServer:
                 frames: dict[type, FrameCache] = {}
                 for peer in tuple(self._peers.values()):
                     peer.pull(frames)
+                if defer_send and self._peers:
+                    # the interval runs from the end of the writes: when they take
+                    # long (many connections, compression), what comes meanwhile
+                    # waits to go out together, which makes the next ones cheaper
+                    with contextlib.suppress(RuntimeError):
+                        self._last_send = asyncio.get_running_loop().time()
                 # an overflow closes its connection, which queues a ConnectionClosed event
                 late = self._host.next_event()
                 if late is None:

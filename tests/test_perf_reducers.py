@@ -293,3 +293,12 @@ def test_names_that_recur_in_a_chat_are_decoded_once() -> None:
     assert state.status == IN_PROGRESS
     calls: list[Any] = [p.tool_call for p in state.active_turn.response_parts]  # type: ignore[union-attr]
     assert calls[0].tool_name is calls[1].tool_name
+
+
+@pytest.mark.parametrize("cls", sorted(get_args(t.ChatAction), key=str))
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_the_handler_table_is_the_exhaustive_match(cls: type, data: st.DataObject) -> None:
+    # the type checker proves _handler_of covers ChatAction; the table routes by class
+    action = data.draw(ahst.from_type(cls))
+    assert chat_module._handler_of(action) is chat_module._HANDLERS[cls]

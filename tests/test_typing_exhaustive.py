@@ -1,6 +1,7 @@
 """mypy --strict enforces that every reducer ``match`` handles every action of its channel.
 
-The reducers end each ``match`` with ``case _: assert_never(action)``.  This
+The reducers end each ``match`` with ``case _: assert_never(action)`` (the chat
+reducer routes by a table that its ``_handler_of`` match proves and a test checks).  This
 test type-checks two copies of that pattern from ``tests/typing_cases/``: the
 complete one must pass, and the one with a case removed must fail exactly at
 its ``assert_never`` call, naming the unhandled action class.  One mypy run

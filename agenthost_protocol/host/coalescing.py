@@ -156,7 +156,7 @@ class Coalescer:
     # -- holding and releasing --
 
     def hold(self, conn: HostConnection, window: int, envelope: t.ActionEnvelope, data: bytes,
-             *, now: int, limit: int) -> None:
+             *, clock: Callable[[], int], limit: int) -> None:
         """Hold ``envelope`` (encoded as ``data``) for ``conn``, merging it into the group of
         its channel and window when it can be."""
         key = (envelope.channel, window)
@@ -169,7 +169,8 @@ class Coalescer:
                 self.release(group)
                 group = None
         if group is None:
-            group = self._groups[key] = Held(envelope.channel, window, now + window)
+            # the clock is read once a group, not once a recipient
+            group = self._groups[key] = Held(envelope.channel, window, clock() + window)
             self._channels[envelope.channel] = self._channels.get(envelope.channel, 0) + 1
             group.parts.append((envelope, data))
             group.size = len(data)

@@ -591,7 +591,7 @@ class Host(Commands, Durable):
                 windows = conn._windows
                 window = windows.get(channel, 0) if windows and mergeable else 0
                 if window:
-                    coalescer.hold(conn, window, envelope, data, now=self._clock(),
+                    coalescer.hold(conn, window, envelope, data, clock=self._clock,
                                    limit=self._limits.max_message_size // 2)
                 else:
                     conn._queue(data)

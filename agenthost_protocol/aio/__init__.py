@@ -41,8 +41,10 @@ if TYPE_CHECKING:
     from .memory import MemoryLink, MemoryOpener, connected_client
     from .server import (
         CloseReason,
+        DirectStream,
         EndOfStream,
         EventHandler,
+        FrameCache,
         HostServer,
         MessageRefused,
         MessageStream,
@@ -58,8 +60,10 @@ __all__ = [
     "CloseReason",
     "ConnectError",
     "ConnectionClosedError",
+    "DirectStream",
     "EndOfStream",
     "EventHandler",
+    "FrameCache",
     "HostServer",
     "LineStream",
     "MemoryLink",
@@ -91,8 +95,8 @@ _MODULE_OF = {
     ),
     **dict.fromkeys(("MemoryLink", "MemoryOpener", "connected_client"), ".memory"),
     **dict.fromkeys(
-        ("CloseReason", "EndOfStream", "EventHandler", "HostServer", "MessageRefused",
-         "MessageStream", "ServerLimits"),
+        ("CloseReason", "DirectStream", "EndOfStream", "EventHandler", "FrameCache",
+         "HostServer", "MessageRefused", "MessageStream", "ServerLimits"),
         ".server",
     ),
     **dict.fromkeys(("LineStream", "serve_stdio", "serve_streams"), ".stdio"),

@@ -1,0 +1,267 @@
+"""What a host must do, checked on one connection's transcript.
+
+Each :class:`Property` names the section of the AHP specification it checks
+and is a pure function of a :class:`~agenthost_protocol.hostcheck.transcript.Transcript`
+that yields a :class:`Violation` for each place the host broke it.  These
+are the checks a single connection can make without knowing the host's
+state; the ones that need state (a client's confirmed state against a fresh
+snapshot, replay completeness) build on them (issue 22, under way).
+
+JSON-RPC ids are compared as JSON sees them: ``1`` and ``"1"`` differ, and so
+do ``1`` and ``true``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from typing import TypeAlias
+
+from attrs import frozen
+
+from ..types.error_codes import AhpErrorCode
+from .transcript import Direction, Transcript
+
+__all__ = ["PROPERTIES", "Property", "Violation", "check"]
+
+_SPEC = "docs/specification/"
+
+
+@frozen(kw_only=True)
+class Violation:
+    """One place a host broke a property: the record's index in the transcript."""
+
+    prop: str
+    index: int
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.prop} at message {self.index}: {self.message}"
+
+
+Check: TypeAlias = Callable[[Transcript], Iterator[Violation]]
+
+
+@frozen(kw_only=True)
+class Property:
+    """A rule of the spec a host's traffic must keep."""
+
+    name: str
+    section: str
+    """Where the spec says it (a path under the spec repository, with its anchor)."""
+    summary: str
+    check: Check
+
+
+def _id_key(value: object) -> tuple[str, object] | None:
+    """An id as JSON sees it (``None``: not a valid JSON-RPC id)."""
+    if type(value) is str or type(value) is int:
+        return (type(value).__name__, value)
+    return None
+
+
+def _from_host(transcript: Transcript) -> Iterator[tuple[int, Mapping[str, object]]]:
+    for index, record in enumerate(transcript):
+        if record.sender is Direction.HOST and isinstance(record.message, Mapping):
+            yield index, record.message
+
+
+def _is_response(message: Mapping[str, object]) -> bool:
+    return "method" not in message and ("result" in message or "error" in message
+                                        or "id" in message)
+
+
+def _one_response_per_request(transcript: Transcript) -> Iterator[Violation]:
+    name = "one-response-per-request"
+    pending: set[tuple[str, object]] = set()
+    answered: set[tuple[str, object]] = set()
+    for index, record in enumerate(transcript):
+        message = record.message
+        if not isinstance(message, Mapping):
+            continue
+        if record.sender is Direction.CLIENT:
+            key = _id_key(message.get("id"))
+            if key is not None and "method" in message:
+                pending.add(key)
+            continue
+        if not _is_response(message):
+            continue
+        raw_id = message.get("id")
+        if raw_id is None:
+            error = message.get("error")
+            code = error.get("code") if isinstance(error, Mapping) else None
+            if code not in (-32700, -32600):
+                yield Violation(prop=name, index=index, message=(
+                    "a response with a null id is only for a request that could not be "
+                    f"read (-32700, -32600), not {code!r}"))
+            continue
+        key = _id_key(raw_id)
+        if key in answered:
+            yield Violation(prop=name, index=index,
+                            message=f"request {raw_id!r} answered twice")
+        elif key is None or key not in pending:
+            yield Violation(prop=name, index=index, message=(
+                f"a response with id {raw_id!r}, which no request of the client had "
+                "(the id must be echoed exactly, its JSON type too)"))
+        else:
+            pending.discard(key)
+            answered.add(key)
+
+
+def _well_formed_response(transcript: Transcript) -> Iterator[Violation]:
+    name = "well-formed-response"
+    for index, message in _from_host(transcript):
+        if not _is_response(message):
+            continue
+        if message.get("jsonrpc") != "2.0":
+            yield Violation(prop=name, index=index, message='"jsonrpc" is not "2.0"')
+        has_result, has_error = "result" in message, "error" in message
+        if has_result == has_error:
+            yield Violation(prop=name, index=index, message=(
+                'a response has "result" or "error", exactly one of them'
+                + (' ("result": null must be written, not left out)' if not has_result
+                   else "")))
+
+
+def _error_codes(transcript: Transcript) -> Iterator[Violation]:
+    name = "error-codes"
+    for index, message in _from_host(transcript):
+        error = message.get("error")
+        if "method" in message or error is None:
+            continue
+        if not isinstance(error, Mapping):
+            yield Violation(prop=name, index=index, message='"error" is not an object')
+            continue
+        code = error.get("code")
+        if type(code) is not int:
+            yield Violation(prop=name, index=index,
+                            message=f"the error code {code!r} is not an integer")
+        if type(error.get("message")) is not str:
+            yield Violation(prop=name, index=index, message="the error has no message string")
+        if code == AhpErrorCode.UNSUPPORTED_PROTOCOL_VERSION:
+            data = error.get("data")
+            versions = data.get("supportedVersions") if isinstance(data, Mapping) else None
+            if not (isinstance(versions, list) and versions
+                    and all(type(v) is str for v in versions)):
+                yield Violation(prop=name, index=index, message=(
+                    "-32005 (UnsupportedProtocolVersion) must carry "
+                    "data.supportedVersions, the versions the host speaks"))
+
+
+def _server_seq_increasing(transcript: Transcript) -> Iterator[Violation]:
+    name = "server-seq-increasing"
+    floor: int | None = None
+    handshakes: set[tuple[str, object]] = set()
+    for index, record in enumerate(transcript):
+        message = record.message
+        if not isinstance(message, Mapping):
+            continue
+        if record.sender is Direction.CLIENT:
+            key = _id_key(message.get("id"))
+            method = message.get("method")
+            if key is not None and method == "initialize":
+                handshakes.add(key)
+            continue
+        key = _id_key(message.get("id"))
+        result = message.get("result")
+        if key is not None and key in handshakes and isinstance(result, Mapping):
+            handshakes.discard(key)
+            seq = result.get("serverSeq")
+            if type(seq) is int:
+                # envelopes after the handshake come after the state it gave
+                floor = seq
+            continue
+        if message.get("method") != "action":
+            continue
+        params = message.get("params")
+        seq = params.get("serverSeq") if isinstance(params, Mapping) else None
+        if type(seq) is not int or seq < 1:
+            yield Violation(prop=name, index=index,
+                            message=f"serverSeq {seq!r} is not a positive integer")
+            continue
+        if floor is not None and seq <= floor:
+            yield Violation(prop=name, index=index, message=(
+                f"serverSeq {seq} after {floor}: it must grow on a connection"))
+        floor = seq if floor is None else max(floor, seq)
+
+
+def _origins(transcript: Transcript) -> Iterator[Violation]:
+    name = "echo-origin"
+    client_id: object = None
+    dispatched: dict[int, object] = {}
+    echoed: set[int] = set()
+    for index, record in enumerate(transcript):
+        message = record.message
+        if not isinstance(message, Mapping):
+            continue
+        params = message.get("params")
+        if not isinstance(params, Mapping):
+            continue
+        method = message.get("method")
+        if record.sender is Direction.CLIENT:
+            if method in ("initialize", "reconnect"):
+                client_id = params.get("clientId")
+            elif method == "dispatchAction" and type(params.get("clientSeq")) is int:
+                dispatched[params["clientSeq"]] = params.get("channel")
+            continue
+        if method != "action":
+            continue
+        origin = params.get("origin")
+        rejected = "rejectionReason" in params
+        if origin is None:
+            if rejected:
+                yield Violation(prop=name, index=index, message=(
+                    "a rejection without an origin: a rejection is the echo of a "
+                    "client's action and names it"))
+            continue
+        if not isinstance(origin, Mapping):
+            yield Violation(prop=name, index=index, message="origin is not an object")
+            continue
+        if rejected and type(params.get("rejectionReason")) is not str:
+            yield Violation(prop=name, index=index, message="rejectionReason is not a string")
+        if origin.get("clientId") != client_id or client_id is None:
+            if rejected:
+                yield Violation(prop=name, index=index, message=(
+                    "a rejection of another client's action: rejections go to the "
+                    "client that dispatched it"))
+            continue
+        seq = origin.get("clientSeq")
+        if type(seq) is not int or seq not in dispatched:
+            yield Violation(prop=name, index=index, message=(
+                f"origin clientSeq {seq!r}: this client dispatched no such action"))
+        elif seq in echoed:
+            yield Violation(prop=name, index=index,
+                            message=f"clientSeq {seq} echoed twice")
+        else:
+            echoed.add(seq)
+            if params.get("channel") != dispatched[seq]:
+                yield Violation(prop=name, index=index, message=(
+                    f"clientSeq {seq} was dispatched to {dispatched[seq]!r}, echoed on "
+                    f"{params.get('channel')!r}"))
+
+
+PROPERTIES: tuple[Property, ...] = (
+    Property(name="one-response-per-request", section=_SPEC + "overview.md#requests",
+             summary="every request is answered once, with its id echoed exactly",
+             check=_one_response_per_request),
+    Property(name="well-formed-response", section=_SPEC + "overview.md#responses",
+             summary='a response is "jsonrpc": "2.0" with "result" (null written) or '
+                     '"error"', check=_well_formed_response),
+    Property(name="error-codes", section=_SPEC + "versioning.md#negotiation",
+             summary="an error has an integer code and a message; -32005 carries "
+                     "data.supportedVersions", check=_error_codes),
+    Property(name="server-seq-increasing",
+             section=_SPEC + "subscriptions.md#action-delivery-action",
+             summary="every envelope's serverSeq is a positive integer, growing on the "
+                     "connection from the handshake's", check=_server_seq_increasing),
+    Property(name="echo-origin", section=_SPEC + "session-channel.md",
+             summary="an envelope naming this client's origin echoes an action it "
+                     "dispatched, once, on its channel; a rejection carries origin and "
+                     "rejectionReason", check=_origins),
+)
+"""The properties, in the order they are reported."""
+
+
+def check(transcript: Transcript,
+          properties: tuple[Property, ...] = PROPERTIES) -> dict[str, tuple[Violation, ...]]:
+    """Every property's violations in ``transcript`` (an empty tuple: it holds)."""
+    return {prop.name: tuple(prop.check(transcript)) for prop in properties}

@@ -1,0 +1,101 @@
+"""One connection's traffic, both directions in order: what the host checks read.
+
+A transcript is written and read as JSON Lines, one record a line::
+
+    {"from": "client", "t": 1767225600000.0, "message": {"jsonrpc": "2.0", ...}}
+
+``from`` says who sent it (``client`` or ``host``), ``t`` when (epoch ms,
+informative only) and ``message`` the JSON-RPC message as parsed JSON.  A
+line that is not such a record is refused with its line number: a capture
+is evidence, and a checker that guessed would prove nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from enum import Enum
+
+from attrs import field, frozen
+
+from .._json import copy_json
+
+__all__ = ["Direction", "Record", "Transcript", "TranscriptError"]
+
+
+class Direction(str, Enum):
+    """Who sent a message."""
+
+    CLIENT = "client"
+    HOST = "host"
+
+
+class TranscriptError(ValueError):
+    """A transcript line that is not a record; ``line`` counts from 1."""
+
+    def __init__(self, line: int, reason: str) -> None:
+        super().__init__(f"line {line}: {reason}")
+        self.line = line
+        self.reason = reason
+
+
+@frozen(kw_only=True)
+class Record:
+    """One message of a transcript."""
+
+    sender: Direction
+    message: object = field(converter=copy_json)
+    """The message as parsed JSON (a copy: a record never aliases the caller's data)."""
+    time: float = 0.0
+    """Epoch ms when it was sent or received (informative)."""
+
+    def to_json(self) -> dict[str, object]:
+        return {"from": self.sender.value, "t": self.time, "message": self.message}
+
+
+def _records(records: Iterable[Record]) -> tuple[Record, ...]:
+    return tuple(records)
+
+
+@frozen(kw_only=True)
+class Transcript:
+    """The messages of one connection, in the order they crossed it."""
+
+    records: tuple[Record, ...] = field(converter=_records)
+
+    def __iter__(self) -> Iterator[Record]:
+        return iter(self.records)
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def to_lines(self) -> Iterator[str]:
+        """The JSON Lines form, a line (without its newline) a record."""
+        for record in self.records:
+            yield json.dumps(record.to_json(), separators=(",", ":"), ensure_ascii=False)
+
+    @classmethod
+    def from_lines(cls, lines: Iterable[str]) -> Transcript:
+        """Read the JSON Lines form; raises :class:`TranscriptError` at the first bad line
+        (blank lines are skipped)."""
+        records = []
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                raw = json.loads(line)
+            except ValueError as e:
+                raise TranscriptError(number, f"not JSON: {e}") from None
+            if not isinstance(raw, dict) or set(raw) - {"from", "t", "message"}:
+                raise TranscriptError(number, 'a record is {"from", "t", "message"}')
+            sender = raw.get("from")
+            if sender not in ("client", "host"):
+                raise TranscriptError(number, '"from" is "client" or "host"')
+            when = raw.get("t", 0.0)
+            if type(when) not in (int, float):
+                raise TranscriptError(number, '"t" is a number (epoch ms)')
+            if "message" not in raw:
+                raise TranscriptError(number, '"message" is missing')
+            records.append(Record(sender=Direction(sender), message=raw["message"],
+                                  time=float(when)))
+        return cls(records=records)

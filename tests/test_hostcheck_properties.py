@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from agenthost_protocol import types as t
-from agenthost_protocol.host import Host
+from agenthost_protocol.host import Host, HostConnection
 from agenthost_protocol.hostcheck import PROPERTIES, Direction, Record, Transcript, check
 from agenthost_protocol.hostcheck.transcript import TranscriptError
 
@@ -26,8 +26,9 @@ SESSION = "ahp-session:/s"
 CHAT = "ahp-chat:/s/c"
 
 
-def _record(host: Host, messages: list[bytes]) -> list[Record]:
-    conn = host.connect()
+def _record(host: Host, messages: list[bytes], conn: HostConnection | None = None
+            ) -> list[Record]:
+    conn = host.connect() if conn is None else conn
     records = []
     for data in messages:
         try:
@@ -72,6 +73,30 @@ def refused() -> Transcript:
     host = Host(clock=lambda: NOW, root=t.RootState(agents=()))
     return Transcript(records=_record(host, [_msg(id=1, method="initialize", params={
         "protocolVersions": ["9.0.0"], "clientId": "old"})]))
+
+
+@pytest.fixture(scope="module")
+def reconnected() -> Transcript:
+    """A client of 0.5.1 that reconnects on a new connection and is replayed two actions."""
+    host = Host(clock=lambda: NOW, root=t.RootState(agents=()))
+    host.create_session(SESSION, provider="demo", title="s")
+    host.ready_session(SESSION, default_chat=CHAT)
+    first = host.connect()
+    first.receive_data(_msg(id=1, method="initialize", params={
+        "protocolVersions": ["0.5.1"], "clientId": "me", "initialSubscriptions": [SESSION]}))
+    seen = json.loads(first.data_to_send()[0])["result"]["serverSeq"]
+    first.connection_lost()
+    for title in ("one", "two"):
+        host.dispatch(SESSION, t.SessionTitleChangedAction(title=title))
+    conn = host.connect()
+    records = _record(host, [_msg(id=1, method="reconnect", params={
+        "clientId": "me", "lastSeenServerSeq": seen, "subscriptions": [SESSION]})], conn)
+    host.dispatch(SESSION, t.SessionTitleChangedAction(title="three"))
+    # a 0.7.0 action the host must not send to a client of 0.5.1
+    host.dispatch(SESSION, t.SessionWorkingDirectorySetAction(directory="file:///w"))
+    records += [Record(sender=Direction.HOST, message=json.loads(out))
+                for out in conn.data_to_send()]
+    return Transcript(records=records)
 
 
 def _violated(transcript: Transcript) -> set[str]:
@@ -169,6 +194,51 @@ def test_each_fault_breaks_its_property(clean: Transcript, fault: Any, broken: s
 
 def test_a_refusal_without_the_supported_versions_is_caught(refused: Transcript) -> None:
     assert _violated(_edit(refused, _no_supported_versions)) == {"error-codes"}
+
+
+def _replayed(transcript: Transcript) -> list[Any]:
+    answer = next(r.message for r in transcript if r.sender is Direction.HOST
+                  and isinstance(r.message, dict) and r.message.get("id") == 1)
+    actions: list[Any] = answer["result"]["actions"]
+    return actions
+
+
+def test_a_replay_is_checked_in_order(reconnected: Transcript) -> None:
+    assert check(reconnected) == {prop.name: () for prop in PROPERTIES}
+    assert len(_replayed(reconnected)) == 2
+
+    def swapped(records: list[Record]) -> None:
+        actions = _replayed(Transcript(records=records))
+        actions.reverse()
+
+    def stale(records: list[Record]) -> None:
+        _replayed(Transcript(records=records))[0]["serverSeq"] = 1
+
+    def behind(records: list[Record]) -> None:
+        last = _replayed(Transcript(records=records))[-1]["serverSeq"]
+        i = _find(records, lambda m: m.get("method") == "action")
+        records[i].message["params"]["serverSeq"] = last  # type: ignore[index]
+
+    for fault in (swapped, stale):
+        assert _violated(_edit(reconnected, fault)) == {"replay-in-order"}
+    assert _violated(_edit(reconnected, behind)) == {"replay-in-order"}
+
+
+def test_an_action_a_clients_version_lacks_is_caught() -> None:
+    host = Host(clock=lambda: NOW, root=t.RootState(agents=()))
+    host.create_session(SESSION, provider="demo", title="s")
+    host.ready_session(SESSION, default_chat=CHAT)
+    records = _record(host, [_msg(id=1, method="initialize", params={
+        "protocolVersions": ["0.5.1"], "clientId": "old", "initialSubscriptions": [SESSION]})])
+    # what a host that does not filter would send: a 0.7.0 action, a 0.5.0 notification
+    records += [
+        Record(sender=Direction.HOST, message={"jsonrpc": "2.0", "method": "action", "params": {
+            "channel": SESSION, "serverSeq": 99, "action": {
+                "type": "session/workingDirectorySet", "directory": "file:///w"}}}),
+    ]
+    assert _violated(Transcript(records=records)) == {"version-filter"}
+    (violation,) = check(Transcript(records=records))["version-filter"]
+    assert "session/workingDirectorySet" in violation.message and "0.5.1" in violation.message
 
 
 def test_a_violation_names_its_place() -> None:

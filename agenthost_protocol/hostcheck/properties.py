@@ -19,6 +19,12 @@ from typing import TypeAlias
 from attrs import frozen
 
 from ..types.error_codes import AhpErrorCode
+from ..versions import (
+    PROTOCOL_VERSION,
+    compare_protocol_versions,
+    is_action_known_to_version,
+    is_notification_known_to_version,
+)
 from .transcript import Direction, Transcript
 
 __all__ = ["PROPERTIES", "Property", "Violation", "check"]
@@ -239,6 +245,92 @@ def _origins(transcript: Transcript) -> Iterator[Violation]:
                     f"{params.get('channel')!r}"))
 
 
+def _negotiated(message: Mapping[str, object], handshake: bool) -> str | None:
+    """The version an ``initialize`` answer settled on, when this library can judge it
+    (``None``: a version newer than the ones it knows, or none)."""
+    result = message.get("result")
+    version = result.get("protocolVersion") if handshake and isinstance(result, Mapping) else None
+    if type(version) is not str:
+        return None
+    try:
+        return version if compare_protocol_versions(version, PROTOCOL_VERSION) <= 0 else None
+    except ValueError:
+        return None
+
+
+def _versions_known(transcript: Transcript) -> Iterator[Violation]:
+    name = "version-filter"
+    version: str | None = None
+    handshakes: set[tuple[str, object]] = set()
+    for index, record in enumerate(transcript):
+        message = record.message
+        if not isinstance(message, Mapping):
+            continue
+        key = _id_key(message.get("id"))
+        if record.sender is Direction.CLIENT:
+            if key is not None and message.get("method") == "initialize":
+                handshakes.add(key)
+            continue
+        if key is not None and key in handshakes and "method" not in message:
+            handshakes.discard(key)
+            version = _negotiated(message, True) or version
+            continue
+        method = message.get("method")
+        if version is None or type(method) is not str or "id" in message:
+            continue
+        if method != "action":
+            if not is_notification_known_to_version(method, version):
+                yield Violation(prop=name, index=index, message=(
+                    f"notification {method!r} sent to a client of {version}, which does "
+                    "not know it"))
+            continue
+        params = message.get("params")
+        action = params.get("action") if isinstance(params, Mapping) else None
+        kind = action.get("type") if isinstance(action, Mapping) else None
+        if type(kind) is str and not is_action_known_to_version(kind, version):
+            yield Violation(prop=name, index=index, message=(
+                f"action {kind!r} sent to a client of {version}, which does not know it"))
+
+
+def _replay_in_order(transcript: Transcript) -> Iterator[Violation]:
+    name = "replay-in-order"
+    asked: dict[tuple[str, object], int] = {}
+    floor: int | None = None
+    for index, record in enumerate(transcript):
+        message = record.message
+        if not isinstance(message, Mapping):
+            continue
+        key = _id_key(message.get("id"))
+        params = message.get("params")
+        if record.sender is Direction.CLIENT:
+            if key is not None and message.get("method") == "reconnect" and isinstance(
+                    params, Mapping) and type(params.get("lastSeenServerSeq")) is int:
+                asked[key] = params["lastSeenServerSeq"]
+            continue
+        if key is not None and key in asked and "method" not in message:
+            last = asked.pop(key)
+            result = message.get("result")
+            actions = result.get("actions") if isinstance(result, Mapping) else None
+            if not isinstance(actions, list):
+                continue  # refused, or answered with snapshots
+            for envelope in actions:
+                seq = envelope.get("serverSeq") if isinstance(envelope, Mapping) else None
+                if type(seq) is not int or seq <= last:
+                    yield Violation(prop=name, index=index, message=(
+                        f"replayed serverSeq {seq!r} after {last}: a replay gives what "
+                        "came after lastSeenServerSeq, in order"))
+                else:
+                    last = seq
+            floor = last
+            continue
+        if floor is not None and message.get("method") == "action":
+            seq = params.get("serverSeq") if isinstance(params, Mapping) else None
+            if type(seq) is int and seq <= floor:
+                yield Violation(prop=name, index=index, message=(
+                    f"serverSeq {seq} after a replay that ended at {floor}"))
+            floor = None
+
+
 PROPERTIES: tuple[Property, ...] = (
     Property(name="one-response-per-request", section=_SPEC + "overview.md#requests",
              summary="every request is answered once, with its id echoed exactly",
@@ -257,6 +349,13 @@ PROPERTIES: tuple[Property, ...] = (
              summary="an envelope naming this client's origin echoes an action it "
                      "dispatched, once, on its channel; a rejection carries origin and "
                      "rejectionReason", check=_origins),
+    Property(name="version-filter", section=_SPEC + "versioning.md#forward-compatibility",
+             summary="no action or notification reaches a client whose negotiated version "
+                     "does not know it", check=_versions_known),
+    Property(name="replay-in-order", section=_SPEC + "lifecycle.md#reconnection",
+             summary="a reconnect's replay gives what came after lastSeenServerSeq, in "
+                     "order, and the envelopes after it go on from its end",
+             check=_replay_in_order),
 )
 """The properties, in the order they are reported."""
 

@@ -261,7 +261,9 @@ def test_transcripts_round_trip_as_json_lines(clean: Transcript) -> None:
     ('{"from": "host", "t": "now", "message": {}}', '"t"'),
     ('{"from": "host"}', '"message"'),
     ('{"from": "host", "message": {}, "extra": 1}', "a record"),
-])
+    ('{"from": "host", "message": {"x": NaN}}', "not JSON"),
+    ("[" * 100_000 + "]" * 100_000, "not JSON"),
+], ids=["not-json", "from", "t", "no-message", "extra-key", "nan", "too-deep"])
 def test_a_bad_line_is_refused_with_its_number(line: str, reason: str) -> None:
     with pytest.raises(TranscriptError, match=reason) as caught:
         Transcript.from_lines(["", '{"from": "client", "message": {}}', line])

@@ -84,7 +84,7 @@ class Transcript:
                 continue
             try:
                 raw = json.loads(line)
-            except ValueError as e:
+            except (ValueError, RecursionError) as e:  # a capture is input like any other
                 raise TranscriptError(number, f"not JSON: {e}") from None
             if not isinstance(raw, dict) or set(raw) - {"from", "t", "message"}:
                 raise TranscriptError(number, 'a record is {"from", "t", "message"}')
@@ -96,6 +96,10 @@ class Transcript:
                 raise TranscriptError(number, '"t" is a number (epoch ms)')
             if "message" not in raw:
                 raise TranscriptError(number, '"message" is missing')
-            records.append(Record(sender=Direction(sender), message=raw["message"],
-                                  time=float(when)))
+            try:
+                record = Record(sender=Direction(sender), message=raw["message"],
+                                time=float(when))
+            except ValueError as e:  # NaN, Infinity: Python reads them, JSON has none
+                raise TranscriptError(number, f"not JSON: {e}") from None
+            records.append(record)
         return cls(records=records)

@@ -71,6 +71,29 @@ def _from_host(transcript: Transcript) -> Iterator[tuple[int, Mapping[str, objec
             yield index, record.message
 
 
+def _walk(transcript: Transcript) -> Iterator[
+        tuple[int, Direction, Mapping[str, object], Mapping[str, object] | None]]:
+    """Each message that is a JSON object, with, for a host's response, the client's
+    request it answers (by id; ``None`` for anything else)."""
+    asked: dict[tuple[str, object], Mapping[str, object]] = {}
+    for index, record in enumerate(transcript):
+        message = record.message
+        if not isinstance(message, Mapping):
+            continue
+        key = _id_key(message.get("id"))
+        request = None
+        if record.sender is Direction.CLIENT:
+            if key is not None and type(message.get("method")) is str:
+                asked[key] = message
+        elif key is not None and "method" not in message:
+            request = asked.pop(key, None)
+        yield index, record.sender, message, request
+
+
+def _asked(request: Mapping[str, object] | None, method: str) -> bool:
+    return request is not None and request.get("method") == method
+
+
 def _is_response(message: Mapping[str, object]) -> bool:
     return "method" not in message and ("result" in message or "error" in message
                                         or "id" in message)
@@ -156,22 +179,12 @@ def _error_codes(transcript: Transcript) -> Iterator[Violation]:
 def _server_seq_increasing(transcript: Transcript) -> Iterator[Violation]:
     name = "server-seq-increasing"
     floor: int | None = None
-    handshakes: set[tuple[str, object]] = set()
-    for index, record in enumerate(transcript):
-        message = record.message
-        if not isinstance(message, Mapping):
+    for index, sender, message, request in _walk(transcript):
+        if sender is Direction.CLIENT:
             continue
-        if record.sender is Direction.CLIENT:
-            key = _id_key(message.get("id"))
-            method = message.get("method")
-            if key is not None and method == "initialize":
-                handshakes.add(key)
-            continue
-        key = _id_key(message.get("id"))
-        result = message.get("result")
-        if key is not None and key in handshakes and isinstance(result, Mapping):
-            handshakes.discard(key)
-            seq = result.get("serverSeq")
+        if _asked(request, "initialize"):
+            result = message.get("result")
+            seq = result.get("serverSeq") if isinstance(result, Mapping) else None
             if type(seq) is int:
                 # envelopes after the handshake come after the state it gave
                 floor = seq
@@ -245,11 +258,11 @@ def _origins(transcript: Transcript) -> Iterator[Violation]:
                     f"{params.get('channel')!r}"))
 
 
-def _negotiated(message: Mapping[str, object], handshake: bool) -> str | None:
+def _negotiated(answer: Mapping[str, object]) -> str | None:
     """The version an ``initialize`` answer settled on, when this library can judge it
     (``None``: a version newer than the ones it knows, or none)."""
-    result = message.get("result")
-    version = result.get("protocolVersion") if handshake and isinstance(result, Mapping) else None
+    result = answer.get("result")
+    version = result.get("protocolVersion") if isinstance(result, Mapping) else None
     if type(version) is not str:
         return None
     try:
@@ -261,19 +274,11 @@ def _negotiated(message: Mapping[str, object], handshake: bool) -> str | None:
 def _versions_known(transcript: Transcript) -> Iterator[Violation]:
     name = "version-filter"
     version: str | None = None
-    handshakes: set[tuple[str, object]] = set()
-    for index, record in enumerate(transcript):
-        message = record.message
-        if not isinstance(message, Mapping):
+    for index, sender, message, request in _walk(transcript):
+        if sender is Direction.CLIENT:
             continue
-        key = _id_key(message.get("id"))
-        if record.sender is Direction.CLIENT:
-            if key is not None and message.get("method") == "initialize":
-                handshakes.add(key)
-            continue
-        if key is not None and key in handshakes and "method" not in message:
-            handshakes.discard(key)
-            version = _negotiated(message, True) or version
+        if _asked(request, "initialize"):
+            version = _negotiated(message) or version
             continue
         method = message.get("method")
         if version is None or type(method) is not str or "id" in message:
@@ -294,24 +299,17 @@ def _versions_known(transcript: Transcript) -> Iterator[Violation]:
 
 def _replay_in_order(transcript: Transcript) -> Iterator[Violation]:
     name = "replay-in-order"
-    asked: dict[tuple[str, object], int] = {}
     floor: int | None = None
-    for index, record in enumerate(transcript):
-        message = record.message
-        if not isinstance(message, Mapping):
+    for index, sender, message, request in _walk(transcript):
+        if sender is Direction.CLIENT:
             continue
-        key = _id_key(message.get("id"))
-        params = message.get("params")
-        if record.sender is Direction.CLIENT:
-            if key is not None and message.get("method") == "reconnect" and isinstance(
-                    params, Mapping) and type(params.get("lastSeenServerSeq")) is int:
-                asked[key] = params["lastSeenServerSeq"]
-            continue
-        if key is not None and key in asked and "method" not in message:
-            last = asked.pop(key)
+        if _asked(request, "reconnect"):
+            assert request is not None
+            asked = request.get("params")
+            last = asked.get("lastSeenServerSeq") if isinstance(asked, Mapping) else None
             result = message.get("result")
             actions = result.get("actions") if isinstance(result, Mapping) else None
-            if not isinstance(actions, list):
+            if type(last) is not int or not isinstance(actions, list):
                 continue  # refused, or answered with snapshots
             for envelope in actions:
                 seq = envelope.get("serverSeq") if isinstance(envelope, Mapping) else None
@@ -324,6 +322,7 @@ def _replay_in_order(transcript: Transcript) -> Iterator[Violation]:
             floor = last
             continue
         if floor is not None and message.get("method") == "action":
+            params = message.get("params")
             seq = params.get("serverSeq") if isinstance(params, Mapping) else None
             if type(seq) is int and seq <= floor:
                 yield Violation(prop=name, index=index, message=(

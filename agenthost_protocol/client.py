@@ -31,6 +31,7 @@ A connection is not thread-safe; drive it from one task or thread.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from enum import Enum
@@ -377,10 +378,15 @@ def _encode(message: object) -> bytes:
 
 _new: Final = object.__new__
 _set: Final = object.__setattr__
-"""``ActionReceived(channel=..., received=...)`` for the streaming path: its frozen
-attrs ``__init__`` only stores the two slots, each through ``object.__setattr__``."""
 
-_ENVELOPE_HOOK: list[Callable[[Any, Any], ActionEnvelope]] = []
+
+def _action_received(channel: str, received: Received) -> ActionReceived:
+    """``ActionReceived(channel=..., received=...)`` for the streaming path: what its
+    frozen attrs ``__init__`` does (two slots stored), without the call."""
+    event = _new(ActionReceived)
+    _set(event, "channel", channel)
+    _set(event, "received", received)
+    return event
 
 
 def _action_envelope(obj: Any) -> ActionEnvelope | None:
@@ -395,22 +401,21 @@ def _action_envelope(obj: Any) -> ActionEnvelope | None:
         and obj.get("jsonrpc") == "2.0"
         and "params" in obj
     ):
-        hook = _ENVELOPE_HOOK[0] if _ENVELOPE_HOOK else _envelope_hook()
         try:
-            return hook(obj["params"], ActionEnvelope)
+            return _envelope_hook()(obj["params"], ActionEnvelope)
         except Exception:
             return None
     return None
 
 
+@functools.cache
 def _envelope_hook() -> Callable[[Any, Any], ActionEnvelope]:
     """The structure hook of ``action``'s params, the one ``wire.parse_message`` uses
     (looked up on first use: building it costs at import)."""
-    if not _ENVELOPE_HOOK:
-        info = METHODS["action"]
-        assert info.params is ActionEnvelope and Direction.SERVER_TO_CLIENT in info.directions
-        _ENVELOPE_HOOK.append(wire.converter.get_structure_hook(info.params))
-    return _ENVELOPE_HOOK[0]
+    info = METHODS["action"]
+    assert info.params is ActionEnvelope and Direction.SERVER_TO_CLIENT in info.directions
+    hook: Callable[[Any, Any], ActionEnvelope] = wire.converter.get_structure_hook(info.params)
+    return hook
 
 
 # -- the connection -------------------------------------------------------------------
@@ -718,10 +723,7 @@ class ClientConnection:
         except RemoteProtocolError as e:
             error = e
         for one in received:
-            event = _new(ActionReceived)
-            _set(event, "channel", one.envelope.channel)
-            _set(event, "received", one)
-            events.append(event)
+            events.append(_action_received(one.envelope.channel, one))
         if error is not None:
             events.extend(self._fatal(error))
 
@@ -874,10 +876,7 @@ class ClientConnection:
             received = reconciler.receive(envelope)
         except RemoteProtocolError as e:
             return self._fatal(e)
-        event = _new(ActionReceived)
-        _set(event, "channel", envelope.channel)
-        _set(event, "received", received)
-        return [event]
+        return [_action_received(envelope.channel, received)]
 
     def _on_result(self, message: JsonRpcSuccessResponse[Any]) -> list[Event]:
         request_id = message.id

@@ -269,8 +269,6 @@ _APPLIED: Final = frozenset({ReceiveKind.ECHO, ReceiveKind.FOREIGN, ReceiveKind.
 
 _new: Final = object.__new__
 _set: Final = object.__setattr__
-"""A :class:`Received` of the streaming path is built as its frozen attrs ``__init__``
-builds it (four slots, each through ``object.__setattr__``), without the call."""
 
 
 @frozen(kw_only=True)
@@ -293,6 +291,17 @@ class Received:
     def applied(self) -> bool:
         """Whether the envelope's action was applied to the confirmed state."""
         return self.kind in _APPLIED
+
+
+def _foreign(envelope: ActionEnvelope) -> Received:
+    """``Received(kind=FOREIGN, envelope=envelope)`` for the streaming path: what its
+    frozen attrs ``__init__`` does (four slots stored), without the call."""
+    received = _new(Received)
+    _set(received, "kind", ReceiveKind.FOREIGN)
+    _set(received, "envelope", envelope)
+    _set(received, "echo_of", None)
+    _set(received, "rejection", None)
+    return received
 
 
 @frozen(kw_only=True)
@@ -842,12 +851,7 @@ class ClientReconciler:
         ch.last_seen = seq
         self._last_seen = max(self._last_seen, seq)
         for envelope in run:
-            received = _new(Received)
-            _set(received, "kind", ReceiveKind.FOREIGN)
-            _set(received, "envelope", envelope)
-            _set(received, "echo_of", None)
-            _set(received, "rejection", None)
-            out.append(received)
+            out.append(_foreign(envelope))
 
     def apply_reconnect(self, result: ReconnectResult) -> ReconnectOutcome:
         """Apply the host's answer to ``reconnect``.
@@ -1001,12 +1005,7 @@ class ClientReconciler:
                     ch.stale()  # what _rebase does without pending actions
             ch.confirmed = new
             ch.last_seen = seq
-            received = _new(Received)
-            _set(received, "kind", ReceiveKind.FOREIGN)
-            _set(received, "envelope", envelope)
-            _set(received, "echo_of", None)
-            _set(received, "rejection", None)
-            return received
+            return _foreign(envelope)
 
         client_seq = origin.client_seq
         entry = ch.pending.get(client_seq)

@@ -90,6 +90,12 @@ def _walk(transcript: Transcript) -> Iterator[
         yield index, record.sender, message, request
 
 
+def _field(message: Mapping[str, object], name: str) -> object:
+    """``message["params"][name]``, or ``None`` where there is none."""
+    params = message.get("params")
+    return params.get(name) if isinstance(params, Mapping) else None
+
+
 def _asked(request: Mapping[str, object] | None, method: str) -> bool:
     return request is not None and request.get("method") == method
 
@@ -191,8 +197,7 @@ def _server_seq_increasing(transcript: Transcript) -> Iterator[Violation]:
             continue
         if message.get("method") != "action":
             continue
-        params = message.get("params")
-        seq = params.get("serverSeq") if isinstance(params, Mapping) else None
+        seq = _field(message, "serverSeq")
         if type(seq) is not int or seq < 1:
             yield Violation(prop=name, index=index,
                             message=f"serverSeq {seq!r} is not a positive integer")
@@ -322,8 +327,7 @@ def _replay_in_order(transcript: Transcript) -> Iterator[Violation]:
             floor = last
             continue
         if floor is not None and message.get("method") == "action":
-            params = message.get("params")
-            seq = params.get("serverSeq") if isinstance(params, Mapping) else None
+            seq = _field(message, "serverSeq")
             if type(seq) is int and seq <= floor:
                 yield Violation(prop=name, index=index, message=(
                     f"serverSeq {seq} after a replay that ended at {floor}"))

@@ -183,8 +183,8 @@ def _null_id_for_a_readable_request(records: list[Record]) -> None:
     (_result_left_out, {"well-formed-response"}),
     (_float_code, {"error-codes"}),
     (_reused_seq, {"server-seq-increasing"}),
-    (_rejection_without_origin, {"echo-origin"}),
-    (_invented_origin, {"echo-origin"}),
+    (_rejection_without_origin, {"echo-origin", "echo-complete"}),
+    (_invented_origin, {"echo-origin", "echo-complete"}),
     (_echo_on_another_channel, {"echo-origin"}),
     (_null_id_for_a_readable_request, {"one-response-per-request"}),
 ], ids=lambda v: getattr(v, "__name__", ""))

@@ -10,7 +10,11 @@ transcript that names the spec section it checks.  Nothing here does I/O.
 
 from __future__ import annotations
 
-from .properties import PROPERTIES, Property, Violation, check
-from .transcript import Direction, Record, Transcript
+from .properties import Property, Violation
+from .transcript import Direction, Record, Transcript, TranscriptError
+from .verdict import PROPERTIES, check
 
-__all__ = ["PROPERTIES", "Direction", "Property", "Record", "Transcript", "Violation", "check"]
+__all__ = [
+    "PROPERTIES", "Direction", "Property", "Record", "Transcript", "TranscriptError", "Violation",
+    "check",
+]

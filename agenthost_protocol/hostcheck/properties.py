@@ -18,7 +18,11 @@ from typing import TypeAlias
 
 from attrs import frozen
 
-from ..types.error_codes import AhpErrorCode
+from .. import wire
+from ..errors import ProtocolError
+from ..methods import Direction as MethodDirection
+from ..methods import request_method
+from ..types.error_codes import AhpErrorCode, JsonRpcErrorCode
 from ..versions import (
     PROTOCOL_VERSION,
     compare_protocol_versions,
@@ -27,7 +31,7 @@ from ..versions import (
 )
 from .transcript import Direction, Transcript
 
-__all__ = ["PROPERTIES", "Property", "Violation", "check"]
+__all__ = ["CONNECTION_PROPERTIES", "Property", "Violation"]
 
 _SPEC = "docs/specification/"
 
@@ -56,6 +60,8 @@ class Property:
     """Where the spec says it (a path under the spec repository, with its anchor)."""
     summary: str
     check: Check
+    across: bool = False
+    """Checks a transcript of all the connections at once (``False``: each on its own)."""
 
 
 def _id_key(value: object) -> tuple[str, object] | None:
@@ -88,6 +94,19 @@ def _walk(transcript: Transcript) -> Iterator[
         elif key is not None and "method" not in message:
             request = asked.pop(key, None)
         yield index, record.sender, message, request
+
+
+def _walk_all(transcript: Transcript) -> Iterator[
+        tuple[int, Direction, object, Mapping[str, object] | None]]:
+    """:func:`_walk`, with the messages that are not JSON objects too."""
+    walked = _walk(transcript)
+    step = next(walked, None)
+    for index, record in enumerate(transcript):
+        if step is not None and step[0] == index:
+            yield step
+            step = next(walked, None)
+        else:
+            yield index, record.sender, record.message, None
 
 
 def _field(message: Mapping[str, object], name: str) -> object:
@@ -157,11 +176,46 @@ def _well_formed_response(transcript: Transcript) -> Iterator[Violation]:
                    else "")))
 
 
+def _expected_code(request: object) -> int | None:
+    """The code JSON-RPC fixes for a request that is wrong as a message (``None``: any)."""
+    if isinstance(request, str):
+        return JsonRpcErrorCode.PARSE_ERROR
+    if not isinstance(request, Mapping) or request.get("jsonrpc") != "2.0" \
+            or type(request.get("method")) is not str:
+        return JsonRpcErrorCode.INVALID_REQUEST
+    method = request_method(str(request["method"]), MethodDirection.CLIENT_TO_SERVER)
+    if method is None:
+        return JsonRpcErrorCode.METHOD_NOT_FOUND
+    try:
+        wire.structure(request.get("params", {}), method.params)
+    except ProtocolError:
+        return JsonRpcErrorCode.INVALID_PARAMS
+    return None
+
+
 def _error_codes(transcript: Transcript) -> Iterator[Violation]:
     name = "error-codes"
-    for index, message in _from_host(transcript):
+    unread: list[object] = []  # what the client sent that is not a JSON object, in order
+    for index, sender, message, request in _walk_all(transcript):
+        if sender is Direction.CLIENT:
+            if not isinstance(message, Mapping):
+                unread.append(message)
+            continue
+        if not isinstance(message, Mapping) or "method" in message:
+            continue
         error = message.get("error")
-        if "method" in message or error is None:
+        expected = None
+        if request is not None:
+            expected = _expected_code(request)
+        elif message.get("id") is None and unread:
+            expected = _expected_code(unread.pop(0))
+        if expected is not None and (not isinstance(error, Mapping)
+                                     or error.get("code") != expected):
+            got = error.get("code") if isinstance(error, Mapping) else "a result"
+            yield Violation(prop=name, index=index, message=(
+                f"answered {got!r} where JSON-RPC asks for {int(expected)} "
+                f"({JsonRpcErrorCode(expected).name})"))
+        if error is None:
             continue
         if not isinstance(error, Mapping):
             yield Violation(prop=name, index=index, message='"error" is not an object')
@@ -263,6 +317,57 @@ def _origins(transcript: Transcript) -> Iterator[Violation]:
                     f"{params.get('channel')!r}"))
 
 
+def _echo_complete(transcript: Transcript) -> Iterator[Violation]:
+    name = "echo-complete"
+    client_id: object = None
+    followed: set[str] = set()  # channels this connection holds a snapshot of
+    waiting: dict[int, int] = {}  # clientSeq -> index of its dispatch
+    due: dict[int, int] = {}  # clientSeq -> index: a later request was answered
+    asked: dict[tuple[str, object], list[int]] = {}
+    for index, sender, message, request in _walk(transcript):
+        method = message.get("method")
+        if sender is Direction.CLIENT:
+            if method in ("initialize", "reconnect"):
+                client_id = _field(message, "clientId")
+            elif method == "unsubscribe":
+                followed.discard(str(_field(message, "channel")))
+            elif method == "dispatchAction":
+                seq = _field(message, "clientSeq")
+                if type(seq) is int and _field(message, "channel") in followed:
+                    waiting[seq] = index
+            key = _id_key(message.get("id"))
+            if key is not None and type(method) is str:
+                asked[key] = list(waiting)
+            continue
+        if method == "action":
+            origin = _field(message, "origin")
+            if isinstance(origin, Mapping) and origin.get("clientId") == client_id:
+                seq = origin.get("clientSeq")
+                if type(seq) is int:
+                    waiting.pop(seq, None)
+                    due.pop(seq, None)
+            continue
+        if request is None:
+            continue
+        for seq in asked.pop(_id_key(request.get("id")) or ("", None), ()):
+            if seq in waiting:
+                due.setdefault(seq, waiting[seq])
+        result = message.get("result")
+        if not isinstance(result, Mapping):
+            continue
+        if request.get("method") == "subscribe":
+            snapshot = result.get("snapshot")
+            if isinstance(snapshot, Mapping) and type(snapshot.get("resource")) is str:
+                followed.add(snapshot["resource"])
+        for snapshot in result.get("snapshots") or ():
+            if isinstance(snapshot, Mapping) and type(snapshot.get("resource")) is str:
+                followed.add(snapshot["resource"])
+    for seq, index in sorted(due.items(), key=lambda item: item[1]):
+        yield Violation(prop=name, index=index, message=(
+            f"clientSeq {seq}, dispatched to a channel the client follows, was never "
+            "echoed (applied or rejected), though a request sent after it was answered"))
+
+
 def _negotiated(answer: Mapping[str, object]) -> str | None:
     """The version an ``initialize`` answer settled on, when this library can judge it
     (``None``: a version newer than the ones it knows, or none)."""
@@ -283,7 +388,14 @@ def _versions_known(transcript: Transcript) -> Iterator[Violation]:
         if sender is Direction.CLIENT:
             continue
         if _asked(request, "initialize"):
+            assert request is not None
             version = _negotiated(message) or version
+            chosen = message.get("result")
+            chosen = chosen.get("protocolVersion") if isinstance(chosen, Mapping) else None
+            offered = _field(request, "protocolVersions")
+            if chosen is not None and isinstance(offered, list) and chosen not in offered:
+                yield Violation(prop=name, index=index, message=(
+                    f"protocolVersion {chosen!r} is not one the client offered {offered!r}"))
             continue
         method = message.get("method")
         if version is None or type(method) is not str or "id" in message:
@@ -334,7 +446,7 @@ def _replay_in_order(transcript: Transcript) -> Iterator[Violation]:
             floor = None
 
 
-PROPERTIES: tuple[Property, ...] = (
+CONNECTION_PROPERTIES: tuple[Property, ...] = (
     Property(name="one-response-per-request", section=_SPEC + "overview.md#requests",
              summary="every request is answered once, with its id echoed exactly",
              check=_one_response_per_request),
@@ -352,6 +464,10 @@ PROPERTIES: tuple[Property, ...] = (
              summary="an envelope naming this client's origin echoes an action it "
                      "dispatched, once, on its channel; a rejection carries origin and "
                      "rejectionReason", check=_origins),
+    Property(name="echo-complete", section=_SPEC + "session-channel.md",
+             summary="every action the client dispatches to a channel it follows is "
+                     "echoed to it, applied or rejected, with its origin",
+             check=_echo_complete),
     Property(name="version-filter", section=_SPEC + "versioning.md#forward-compatibility",
              summary="no action or notification reaches a client whose negotiated version "
                      "does not know it", check=_versions_known),
@@ -360,10 +476,4 @@ PROPERTIES: tuple[Property, ...] = (
                      "order, and the envelopes after it go on from its end",
              check=_replay_in_order),
 )
-"""The properties, in the order they are reported."""
-
-
-def check(transcript: Transcript,
-          properties: tuple[Property, ...] = PROPERTIES) -> dict[str, tuple[Violation, ...]]:
-    """Every property's violations in ``transcript`` (an empty tuple: it holds)."""
-    return {prop.name: tuple(prop.check(transcript)) for prop in properties}
+"""The properties one connection's traffic can show, in the order they are reported."""

@@ -6,8 +6,12 @@ A transcript is written and read as JSON Lines, one record a line::
 
 ``from`` says who sent it (``client`` or ``host``), ``t`` when (epoch ms,
 informative only) and ``message`` the JSON-RPC message as parsed JSON.  A
-line that is not such a record is refused with its line number: a capture
-is evidence, and a checker that guessed would prove nothing.
+transcript of several connections (what ``check-host`` writes) numbers them
+with ``"conn"`` (absent: 0) and interleaves them in the order they were seen;
+its ``{"step": ...}`` lines are the program that made the traffic, which
+``check-host --replay`` runs and the checks skip.  A line that is not such a
+record is refused with its line number: a capture is evidence, and a checker
+that guessed would prove nothing.
 """
 
 from __future__ import annotations
@@ -48,9 +52,15 @@ class Record:
     """The message as parsed JSON (a copy: a record never aliases the caller's data)."""
     time: float = 0.0
     """Epoch ms when it was sent or received (informative)."""
+    conn: int = 0
+    """Which connection it crossed, in a transcript of several."""
 
     def to_json(self) -> dict[str, object]:
-        return {"from": self.sender.value, "t": self.time, "message": self.message}
+        record: dict[str, object] = {"from": self.sender.value, "t": self.time,
+                                     "message": self.message}
+        if self.conn:
+            record["conn"] = self.conn
+        return record
 
 
 def _records(records: Iterable[Record]) -> tuple[Record, ...]:
@@ -69,6 +79,17 @@ class Transcript:
     def __len__(self) -> int:
         return len(self.records)
 
+    def connections(self) -> dict[int, list[int]]:
+        """Each connection's records, as indices into this transcript, in order."""
+        found: dict[int, list[int]] = {}
+        for index, record in enumerate(self.records):
+            found.setdefault(record.conn, []).append(index)
+        return found
+
+    def only(self, indices: Iterable[int]) -> Transcript:
+        """The transcript of these records alone (one connection's, say)."""
+        return Transcript(records=[self.records[i] for i in indices])
+
     def to_lines(self) -> Iterator[str]:
         """The JSON Lines form, a line (without its newline) a record."""
         for record in self.records:
@@ -86,8 +107,11 @@ class Transcript:
                 raw = json.loads(line)
             except (ValueError, RecursionError) as e:  # a capture is input like any other
                 raise TranscriptError(number, f"not JSON: {e}") from None
-            if not isinstance(raw, dict) or set(raw) - {"from", "t", "message"}:
-                raise TranscriptError(number, 'a record is {"from", "t", "message"}')
+            if isinstance(raw, dict) and set(raw) == {"step"}:
+                continue  # the program that made the traffic: check-host --replay reads it
+            if not isinstance(raw, dict) or set(raw) - {"from", "t", "message", "conn"}:
+                raise TranscriptError(number, 'a record is {"from", "t", "message"} (and '
+                                      '"conn")')
             sender = raw.get("from")
             if sender not in ("client", "host"):
                 raise TranscriptError(number, '"from" is "client" or "host"')
@@ -96,9 +120,12 @@ class Transcript:
                 raise TranscriptError(number, '"t" is a number (epoch ms)')
             if "message" not in raw:
                 raise TranscriptError(number, '"message" is missing')
+            conn = raw.get("conn", 0)
+            if type(conn) is not int or conn < 0:
+                raise TranscriptError(number, '"conn" is a connection number (0 or more)')
             try:
                 record = Record(sender=Direction(sender), message=raw["message"],
-                                time=float(when))
+                                time=float(when), conn=conn)
             except ValueError as e:  # NaN, Infinity: Python reads them, JSON has none
                 raise TranscriptError(number, f"not JSON: {e}") from None
             records.append(record)

@@ -219,6 +219,12 @@ def _add_serve(sub: Any) -> argparse.ArgumentParser:
                        "directory, e.g. ~/.local/share/agenthost-protocol/)")
     where.add_argument("--no-store", action="store_true",
                        help="keep everything in memory only: a restart forgets every session")
+    serve.add_argument("--capture", metavar="DIR",
+                       help="write each connection's traffic to a file of DIR (created, "
+                       "private to this user), one JSON Lines transcript per connection, as "
+                       "hostcheck reads them; each file stops at 64 MiB. Captures hold "
+                       "everything the users sent and the agent answered (docs/serve.md, "
+                       "Capturing traffic)")
     security = serve.add_argument_group(
         "access (docs/serve.md, Security)",
         "A WebSocket handshake must carry the access token (the URL's token= or "
@@ -402,6 +408,7 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         keyfile=args.keyfile,
         store=args.store,
         no_store=args.no_store,
+        capture=args.capture,
     )
     return run(options)
 
@@ -474,7 +481,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     serve = _add_serve(sub)
     _add_chat(sub)
+    from .hostcheck.command import (  # noqa: PLC0415
+        add_parsers,
+        check_host_command,
+        check_traffic_command,
+    )
+
+    add_parsers(sub)
     args = parser.parse_args(argv)
+    if args.command == "check-host":
+        return check_host_command(args, sys.stdout, sys.stderr)
+    if args.command == "check-traffic":
+        return check_traffic_command(args, sys.stdout, sys.stderr)
     if args.command == "serve":
         return _serve(args, serve)
     if args.command == "chat":

@@ -41,6 +41,7 @@ from .server import HostServer, ServerLimits
 
 if TYPE_CHECKING:
     from ..agent.acp_runner import AcpAgentRunner
+    from .capture import CaptureDir
 
 __all__ = [
     "AgentKind",
@@ -119,6 +120,12 @@ class ServeOptions:
     :func:`~agenthost_protocol.sqlite_store.default_store_path`)."""
     no_store: bool = False
     """Keep everything in memory only: a restart forgets every session."""
+    capture: str | None = None
+    """A directory that receives every connection's traffic, one transcript file per
+    connection (:mod:`.capture`; ``None``: nothing is captured)."""
+    capture_max_bytes: int = 64 * 1024 * 1024
+    """The most bytes one connection's capture file grows to (``capture.DEFAULT_MAX_BYTES``;
+    not imported here: ``serve`` without ``--capture`` never loads the capture)."""
 
     def store_path(self) -> str | None:
         """The store file ``serve`` uses, or ``None`` with ``no_store``."""
@@ -151,6 +158,8 @@ class ServeOptions:
             raise ValueError("a keyfile without a certfile")
         if self.no_store and self.store is not None:
             raise ValueError("a store and no_store together")
+        if self.capture_max_bytes < 1:
+            raise ValueError("capture_max_bytes must be positive")
 
     def access_policy(self, token: str | None) -> AccessPolicy:
         """The handshake checks for ``token`` and these options."""
@@ -370,10 +379,13 @@ async def serve_host(
     connection.  Raises :class:`AgentStartError` when the agent cannot
     start (nothing was served), ``ValueError`` for a command the agent kind
     does not take, ``ImportError`` when websockets (WebSocket mode) or the
-    ACP extra is missing, and ``OSError`` when the address cannot be bound.
-    A stop while the agent starts cancels the start and returns.
+    ACP extra is missing, ``OSError`` when the address cannot be bound, and
+    :class:`~agenthost_protocol.aio.capture.CaptureError` when ``options.capture``
+    cannot hold captures (checked first).  A stop while the agent starts
+    cancels the start and returns.
     """
     stop = stop if stop is not None else asyncio.Event()
+    capture = _open_capture(options)
     store = options.open_store()
     log.info("store: %s", options.store_path() or "none (memory only)")
     try:
@@ -382,6 +394,8 @@ async def serve_host(
         if store is not None:
             store.close()
         raise
+    if capture is not None:
+        server.stream_wrapper = capture
     closer = _Closer(agent)
     with _stop_on_signals(stop) if handle_signals else contextlib.nullcontext():
         try:
@@ -408,6 +422,18 @@ async def serve_host(
 
 serve_demo = serve_host
 """The former name of :func:`serve_host` (the demo is ``ServeOptions``' default agent)."""
+
+
+def _open_capture(options: ServeOptions) -> CaptureDir | None:
+    """``options.capture``, ready to receive files; raises ``CaptureError`` at start when
+    it cannot, rather than leaving every connection uncaptured without a word."""
+    if options.capture is None:
+        return None
+    from .capture import CaptureDir  # noqa: PLC0415  # --capture only
+
+    capture = CaptureDir(options.capture, max_bytes=options.capture_max_bytes)
+    log.info("capturing every connection's traffic to %s", capture.path)
+    return capture
 
 
 async def _start(agent: ServedAgent, stop: asyncio.Event) -> bool:
@@ -525,7 +551,7 @@ def run(options: ServeOptions, out: IO[str] | None = None, err: IO[str] | None =
     the first line on ``out`` (not in stdio mode, where stdout is the
     protocol's).  0 after a clean shutdown,
     1 when the agent cannot start, websockets (or the ACP extra) is missing,
-    or the address cannot be bound.
+    the address cannot be bound, or the capture directory cannot be written.
     """
     out = out if out is not None else sys.stdout
     err = err if err is not None else sys.stderr
@@ -540,12 +566,21 @@ def run(options: ServeOptions, out: IO[str] | None = None, err: IO[str] | None =
 
     if options.stdio:
         _return_large_blocks_to_the_system()
+    # none without --capture, which never loads the capture module
+    capture_errors: tuple[type[Exception], ...] = ()
+    if options.capture is not None:
+        from .capture import CaptureError  # noqa: PLC0415
+
+        capture_errors = (CaptureError,)
     try:
         asyncio.run(serve_host(options, ready=ready))
     except KeyboardInterrupt:
         # SIGINT before the handlers were installed: nothing was served yet
         return 0
     except (AgentStartError, ImportError, ValueError, StoreError) as e:
+        print(f"agenthost-protocol serve: {e}", file=err)
+        return 1
+    except capture_errors as e:
         print(f"agenthost-protocol serve: {e}", file=err)
         return 1
     except OSError as e:

@@ -66,6 +66,7 @@ __all__ = [
     "FrameCache",
     "EventHandler",
     "HostServer",
+    "StreamWrapper",
     "MessageRefused",
     "MessageStream",
     "ProbeableStream",
@@ -502,6 +503,19 @@ class _Peer:
             self.drop(CloseReason.INTERNAL, "internal error in the host")
 
 
+class StreamWrapper(Protocol):
+    """Something each connection's stream passes through (``serve --capture``'s files):
+    asked once a connection, never per message."""
+
+    def wrap(self, stream: MessageStream) -> MessageStream:
+        """The stream to serve in place of ``stream``."""
+        ...
+
+    def done(self, stream: MessageStream) -> None:
+        """The connection served on ``stream`` (what :meth:`wrap` returned) ended."""
+        ...
+
+
 class HostServer:
     """A :class:`~agenthost_protocol.host.Host` served to transport connections.
 
@@ -551,6 +565,8 @@ class HostServer:
         self._probes: set[asyncio.Task[None]] = set()
         self._recheck: asyncio.TimerHandle | None = None
         self._closing = False
+        self.stream_wrapper: StreamWrapper | None = None
+        """Wraps each accepted connection's stream (``None``: served as it comes)."""
         self._idle = asyncio.Event()
         self._idle.set()
         self._flushing = False
@@ -793,6 +809,18 @@ class HostServer:
         Never raises for what the client does; cancelling it drops the
         connection.
         """
+        wrapper = self.stream_wrapper
+        if wrapper is None or self._closing or self.at_capacity:
+            # a connection refused at once is not wrapped (no capture file for it)
+            await self._serve_connection(stream)
+            return
+        wrapped = wrapper.wrap(stream)
+        try:
+            await self._serve_connection(wrapped)
+        finally:
+            wrapper.done(wrapped)
+
+    async def _serve_connection(self, stream: MessageStream) -> None:
         if self._closing:
             await self._close_stream(stream, CloseReason.SHUTDOWN, "the host is shutting down")
             return

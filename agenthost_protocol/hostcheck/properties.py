@@ -193,12 +193,17 @@ def _expected_code(request: object) -> int | None:
     return None
 
 
+_UNREAD = (JsonRpcErrorCode.PARSE_ERROR, JsonRpcErrorCode.INVALID_REQUEST)
+
+
 def _error_codes(transcript: Transcript) -> Iterator[Violation]:
     name = "error-codes"
-    unread: list[object] = []  # what the client sent that is not a JSON object, in order
+    # what the client sent that JSON-RPC refuses before reading an id, in order: a
+    # null-id error answers the first of them (one with an id may be answered by it)
+    unread: list[object] = []
     for index, sender, message, request in _walk_all(transcript):
         if sender is Direction.CLIENT:
-            if not isinstance(message, Mapping):
+            if _expected_code(message) in _UNREAD:
                 unread.append(message)
             continue
         if not isinstance(message, Mapping) or "method" in message:
@@ -207,6 +212,7 @@ def _error_codes(transcript: Transcript) -> Iterator[Violation]:
         expected = None
         if request is not None:
             expected = _expected_code(request)
+            unread = [m for m in unread if m is not request]
         elif message.get("id") is None and unread:
             expected = _expected_code(unread.pop(0))
         if expected is not None and (not isinstance(error, Mapping)

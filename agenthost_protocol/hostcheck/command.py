@@ -1,0 +1,221 @@
+"""The ``check-host`` and ``check-traffic`` commands (``docs/conformance.md``).
+
+Both print one line per property (``ok`` or ``FAIL``, its name, the spec
+section, and for a failure where and what), then ``N passed, M failed``.
+``check-host`` then prints the shrunk failing transcript, JSON Lines that
+``check-host --replay FILE`` runs again and ``check-traffic FILE`` checks.
+
+Exit status: 0 every property held; 1 one failed; 2 the command could not
+run (usage, an unreadable file, a host it cannot reach, a missing extra).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import IO, TYPE_CHECKING
+
+from .transcript import TranscriptError
+
+if TYPE_CHECKING:
+    from .properties import Violation
+    from .transcript import Transcript
+
+# The model (wire, reducers) loads only when a command runs: `--help` needs none of it.
+
+__all__ = ["add_parsers", "check_host_command", "check_traffic_command"]
+
+_SHOWN = 3
+"""Violations printed a property (all of them go to --report)."""
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be 1 or more")
+    return value
+
+
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``check-host`` and ``check-traffic`` to the ``agenthost-protocol`` parser."""
+    host = sub.add_parser(
+        "check-host", help="property-based conformance test of a live AHP host",
+        description="Drive a live AHP host with 1-4 generated clients of the supported "
+        "versions (a hypothesis state machine) and check the spec's rules on the traffic. "
+        "One line per property, then 'N passed, M failed'; a failure prints the shrunk "
+        "transcript, which --replay runs again. Needs the testing extra (and ws for a URL).")
+    host.add_argument("url", nargs="?", help="ws:// or wss:// URL of the host (the one serve "
+                      "prints carries its token)")
+    host.add_argument("--stdio", metavar="CMD", help="instead of a URL: start CMD, a host "
+                      "that speaks JSON Lines on stdin/stdout (one connection per process)")
+    host.add_argument("--token", help="access token, sent as Authorization: Bearer")
+    host.add_argument("--examples", type=_positive, default=25,
+                      help="examples to generate (default 25)")
+    host.add_argument("--steps", type=_positive, default=30,
+                      help="steps per example (default 30)")
+    host.add_argument("--seed", type=int, default=None, help="hypothesis seed (repeatable runs)")
+    host.add_argument("--timeout", type=float, default=5.0,
+                      help="seconds to wait for an answer (default 5)")
+    host.add_argument("--shrink-time", type=float, default=60.0,
+                      help="seconds to spend shrinking a failing example (default 60)")
+    host.add_argument("--report", metavar="FILE", help="also write the results and the "
+                      "failing transcript to FILE (JSON Lines)")
+    host.add_argument("--replay", metavar="FILE", help="run the program of a transcript "
+                      "check-host wrote, once, instead of generating examples")
+    traffic = sub.add_parser(
+        "check-traffic", help="check a recorded AHP session (JSON Lines) offline",
+        description="Check the properties check-host checks on a recorded transcript: "
+        "one client's capture (serve --capture DIR writes them) or a check-host report.")
+    traffic.add_argument("file", help="the transcript (JSON Lines)")
+    traffic.add_argument("--report", metavar="FILE", help="also write the results to FILE")
+
+
+def _lines(found: dict[str, tuple[Violation, ...]]) -> Iterator[str]:
+    from .verdict import PROPERTIES  # noqa: PLC0415
+
+    for prop in PROPERTIES:
+        violations = found.get(prop.name, ())
+        if not violations:
+            yield f"ok   {prop.name} ({prop.section})"
+            continue
+        yield f"FAIL {prop.name} ({prop.section}): {len(violations)} violation(s)"
+        for violation in violations[:_SHOWN]:
+            yield f"     message {violation.index}: {violation.message}"
+
+
+def _summary(found: dict[str, tuple[Violation, ...]]) -> tuple[int, int]:
+    from .verdict import PROPERTIES  # noqa: PLC0415
+
+    failed = sum(1 for prop in PROPERTIES if found.get(prop.name))
+    return len(PROPERTIES) - failed, failed
+
+
+def _results(found: dict[str, tuple[Violation, ...]], **extra: object) -> str:
+    from .verdict import PROPERTIES  # noqa: PLC0415
+
+    return json.dumps({"report": {**extra, "properties": [
+        {"name": p.name, "section": p.section, "passed": not found.get(p.name),
+         "violations": [{"index": v.index, "message": v.message}
+                        for v in found.get(p.name, ())]} for p in PROPERTIES]}})
+
+
+def program_lines(steps: Sequence[object], transcript: Transcript) -> Iterator[str]:
+    """A run as JSON Lines: its program (``{"step": ...}``), then its messages."""
+    for step in steps:
+        yield json.dumps({"step": step}, separators=(",", ":"), ensure_ascii=False)
+    yield from transcript.to_lines()
+
+
+def _read_lines(path: str, err: IO[str]) -> list[str] | None:
+    try:
+        return Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        print(f"agenthost-protocol: cannot read {path}: {e}", file=err)
+        return None
+
+
+def _write(path: str, lines: Iterator[str], err: IO[str]) -> bool:
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.writelines(line + "\n" for line in lines)
+    except OSError as e:
+        print(f"agenthost-protocol: cannot write {path}: {e}", file=err)
+        return False
+    return True
+
+
+def _program(lines: list[str]) -> list[dict[str, object]]:
+    steps = []
+    for number, line in enumerate(lines, 1):
+        try:
+            raw = json.loads(line) if line.strip() else None
+        except ValueError as e:
+            raise TranscriptError(number, f"not JSON: {e}") from None
+        if isinstance(raw, dict) and set(raw) == {"step"}:
+            if not isinstance(raw["step"], dict):
+                raise TranscriptError(number, "a step is a JSON object")
+            steps.append(raw["step"])
+    return steps
+
+
+def check_host_command(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
+    """``agenthost-protocol check-host``."""
+    if (args.url is None) == (args.stdio is None):
+        print("agenthost-protocol check-host: give a URL or --stdio CMD (one of them)",
+              file=err)
+        return 2
+    try:
+        from .driver import StdioTarget, Target, WebSocketTarget  # noqa: PLC0415
+        from .machine import Outcome, check_host, replay  # noqa: PLC0415
+        if args.url is not None:
+            import websockets  # noqa: F401, PLC0415 (say now that the extra is missing)
+    except ImportError as e:
+        print(f"agenthost-protocol check-host: {e.name} is missing: pip install "
+              "'agenthost-protocol[testing,ws]'", file=err)
+        return 2
+    target: Target = (WebSocketTarget(url=args.url, token=args.token, timeout=args.timeout)
+                      if args.url is not None else StdioTarget(command=args.stdio))
+    outcome: Outcome
+    if args.replay is not None:
+        lines = _read_lines(args.replay, err)
+        if lines is None:
+            return 2
+        try:
+            program = _program(lines)
+        except TranscriptError as e:
+            print(f"agenthost-protocol check-host: {args.replay}: {e}", file=err)
+            return 2
+        try:
+            outcome = replay(target, program, timeout=args.timeout)
+        except (ConnectionError, OSError) as e:
+            print(f"agenthost-protocol check-host: {e}", file=err)
+            return 2
+    else:
+        outcome = check_host(target, examples=args.examples, steps=args.steps,
+                             seed=args.seed, timeout=args.timeout,
+                             shrink_budget=args.shrink_time)
+        if outcome.error is not None and not outcome.failed:
+            print(f"agenthost-protocol check-host: {outcome.error}", file=err)
+            return 2
+    for line in _lines(outcome.violations):
+        print(line, file=out)
+    passed, failed = _summary(outcome.violations)
+    print(f"{passed} passed, {failed} failed ({outcome.examples} example(s), "
+          f"{outcome.seconds:.1f} s)", file=out)
+    if failed:
+        print(f"shrunk transcript: {len(outcome.steps)} steps, {len(outcome.transcript)} "
+              "messages (check-host --replay FILE runs it again):", file=out)
+        for line in program_lines(outcome.steps, outcome.transcript):
+            print(line, file=out)
+    if args.report is not None:
+        head = _results(outcome.violations, examples=outcome.examples,
+                        seconds=round(outcome.seconds, 3), seed=args.seed)
+        body = program_lines(outcome.steps, outcome.transcript) if failed else iter(())
+        if not _write(args.report, iter([head, *body]), err):
+            return 2
+    return 1 if failed else 0
+
+
+def check_traffic_command(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
+    """``agenthost-protocol check-traffic``."""
+    from .transcript import Transcript  # noqa: PLC0415
+    from .verdict import check  # noqa: PLC0415
+
+    lines = _read_lines(args.file, err)
+    if lines is None:
+        return 2
+    try:
+        transcript = Transcript.from_lines(lines)
+    except TranscriptError as e:
+        print(f"agenthost-protocol check-traffic: {args.file}: {e}", file=err)
+        return 2
+    found = check(transcript)
+    for line in _lines(found):
+        print(line, file=out)
+    passed, failed = _summary(found)
+    print(f"{passed} passed, {failed} failed ({len(transcript)} messages)", file=out)
+    if args.report is not None and not _write(args.report, iter([_results(found)]), err):
+        return 2
+    return 1 if failed else 0

@@ -1,0 +1,675 @@
+"""Drive a live host: the clients ``check-host`` runs, and the program they follow.
+
+A *program* is a list of steps, each a JSON object (``{"op": "subscribe",
+"client": 1, "channel": 2}``), so that a failing one can be written out and
+run again (``check-host --replay``).  Steps name clients and channels by
+number, taken modulo what exists when the step runs; a step that has nothing
+to act on (no client connected yet) does nothing.  That keeps every program
+runnable, which is what lets hypothesis shrink one freely.
+
+The :class:`Driver` runs steps against a :class:`Target` and records every
+message both ways, on every connection, into one
+:class:`~agenthost_protocol.hostcheck.transcript.Transcript`.  The host is a
+peer like any other: what it sends is bounded in size and count, every wait
+is bounded in time, and a host that stops answering only makes the run fail.
+
+This module does I/O (threads, sockets, processes); the checks it feeds do
+none.  A WebSocket target needs the ``ws`` extra.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import signal
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import Protocol
+
+from attrs import define, field
+
+from .. import types as t
+from .. import wire
+from ..versions import is_action_known_to_version
+from .transcript import Direction, Record, Transcript
+
+__all__ = [
+    "ACTIONS",
+    "MALFORMED",
+    "Driver",
+    "Link",
+    "StdioTarget",
+    "Target",
+    "TrafficLimit",
+    "WebSocketTarget",
+]
+
+Step = Mapping[str, object]
+
+ROOT = "ahp-root://"
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+"""The largest message a host may send the checker (a longer one ends the run)."""
+MAX_RECORDS = 200_000
+"""The most messages one run records (a host that floods ends the run)."""
+
+
+class TrafficLimit(RuntimeError):
+    """The host sent more than a run takes (:data:`MAX_RECORDS`, or too large a message)."""
+
+
+class _Recorder:
+    """Every message of a run, from every connection's reader thread, in arrival order."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self.records: list[Record] = []
+        self.answered: set[tuple[int, str]] = set()
+        self.asked: set[tuple[int, str]] = set()
+        self.strays: dict[int, int] = {}
+        """How many answers with an id no request of the connection had."""
+        self.closed: set[int] = set()
+        """Connections the host (or the checker) closed: nothing more will come on them."""
+        self.nulls: dict[int, int] = {}
+        """How many answers with a null id each connection was sent."""
+        self.overflow = False
+
+    def add(self, conn: int, sender: Direction, message: object) -> None:
+        with self._changed:
+            if len(self.records) >= MAX_RECORDS:
+                self.overflow = True
+            else:
+                self.records.append(Record(sender=sender, message=message,
+                                           time=time.time() * 1000, conn=conn))
+                if sender is Direction.HOST and isinstance(message, dict) \
+                        and "method" not in message:
+                    key = (conn, json.dumps(message.get("id")))
+                    if message.get("id") is None:
+                        self.nulls[conn] = self.nulls.get(conn, 0) + 1
+                    elif key not in self.asked:
+                        # an id no request had: whatever it answers, waiting for the
+                        # right one would only wait out the timeout
+                        self.strays[conn] = self.strays.get(conn, 0) + 1
+                    self.answered.add(key)
+            self._changed.notify_all()
+
+    def close(self, conn: int) -> None:
+        with self._changed:
+            self.closed.add(conn)
+            self._changed.notify_all()
+
+    def wait(self, ready: Callable[[], bool], timeout: float) -> bool:
+        with self._changed:
+            return self._changed.wait_for(lambda: ready() or self.overflow, timeout)
+
+    def snapshot(self) -> list[Record]:
+        with self._changed:
+            return list(self.records)
+
+
+def _parse(text: str | bytes) -> object:
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return text if isinstance(text, str) else text.decode("utf-8", "replace")
+
+
+class Link(Protocol):
+    """One open connection to the host."""
+
+    def send(self, text: str) -> None: ...
+    def close(self) -> None: ...
+
+
+class Target(Protocol):
+    """Where the host is, and how to open a connection to it."""
+
+    many: bool
+    """Whether several connections may be open at once to one host (and a client may
+    reconnect to it)."""
+
+    def open(self, conn: int, recorder: _Recorder) -> Link: ...
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
+
+
+class _Socket(Protocol):
+    def send(self, message: str) -> None: ...
+
+
+@define
+class _WebSocketLink:
+    socket: _Socket
+    closing: contextlib.ExitStack
+    reader: threading.Thread
+
+    def send(self, text: str) -> None:
+        with contextlib.suppress(Exception):  # a closed socket: the run sees no answer
+            self.socket.send(text)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.closing.close()
+        self.reader.join(timeout=5)
+
+
+@define
+class WebSocketTarget:
+    """A host at a ``ws://`` or ``wss://`` URL (``token``: sent as ``Authorization: Bearer``)."""
+
+    url: str
+    token: str | None = field(default=None, repr=False)
+    timeout: float = 5.0
+    many: bool = True
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+    def open(self, conn: int, recorder: _Recorder) -> Link:
+        from websockets.sync.client import connect  # noqa: PLC0415 (the ws extra)
+
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else None
+        stack = contextlib.ExitStack()
+        socket = stack.enter_context(connect(
+            self.url, additional_headers=headers, open_timeout=self.timeout, close_timeout=1,
+            max_size=MAX_MESSAGE_BYTES, compression=None))
+
+        def read() -> None:
+            with contextlib.suppress(Exception):  # the connection ends: the reader ends
+                for data in socket:
+                    recorder.add(conn, Direction.HOST, _parse(data))
+            recorder.close(conn)
+        reader = threading.Thread(target=read, name=f"check-host reader {conn}", daemon=True)
+        reader.start()
+        return _WebSocketLink(socket=socket, closing=stack, reader=reader)
+
+
+@define
+class _StdioLink:
+    process: subprocess.Popen[bytes]
+    reader: threading.Thread
+
+    def send(self, text: str) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            assert self.process.stdin is not None
+            self.process.stdin.write(text.encode() + b"\n")
+            self.process.stdin.flush()
+
+    def close(self) -> None:
+        _stop_process(self.process)
+        self.reader.join(timeout=5)
+
+
+def _stop_process(process: subprocess.Popen[bytes]) -> None:
+    """End the host's process group: stdin closed, then SIGTERM, then SIGKILL; reaped."""
+    with contextlib.suppress(OSError, ValueError):
+        if process.stdin is not None:
+            process.stdin.close()
+    for sig, grace in ((None, 1.0), (signal.SIGTERM, 3.0), (signal.SIGKILL, 5.0)):
+        if sig is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, sig)
+        try:
+            process.wait(timeout=grace)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    # what else the host started in its group goes with it
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+
+
+@define
+class StdioTarget:
+    """A host started as ``command`` that speaks JSON Lines on its stdin and stdout.
+
+    Each connection is a process of its own, so one is open at a time and a
+    client cannot reconnect to the host it left."""
+
+    command: str
+    many: bool = False
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+    def open(self, conn: int, recorder: _Recorder) -> Link:
+        process = subprocess.Popen(  # the command the user asked to check
+            shlex.split(self.command), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL, start_new_session=True)
+
+        def read() -> None:
+            assert process.stdout is not None
+            with contextlib.suppress(Exception):
+                while line := process.stdout.readline(MAX_MESSAGE_BYTES + 1):
+                    if len(line) > MAX_MESSAGE_BYTES:
+                        recorder.overflow = True
+                        break
+                    if line.strip():
+                        recorder.add(conn, Direction.HOST, _parse(line))
+            recorder.close(conn)
+        reader = threading.Thread(target=read, name=f"check-host reader {conn}", daemon=True)
+        reader.start()
+        return _StdioLink(process=process, reader=reader)
+
+
+USER = t.MessageOrigin(kind=t.MessageKind.USER)
+
+
+def _action(name: str, text: str, flag: bool, turn: str) -> t.StateAction:
+    """The action a ``dispatch`` step names (its JSON is built by the codec)."""
+    directory = "file:///tmp/check-host/" + (text.encode().hex()[:16] or "d")
+    match name:
+        case "session/titleChanged":
+            return t.SessionTitleChangedAction(title=text)
+        case "session/isReadChanged":
+            return t.SessionIsReadChangedAction(is_read=flag)
+        case "session/isArchivedChanged":
+            return t.SessionIsArchivedChangedAction(is_archived=flag)
+        case "session/workingDirectorySet":
+            return t.SessionWorkingDirectorySetAction(directory=directory)
+        case "session/mcpServerStartRequested":
+            return t.SessionMcpServerStartRequestedAction(id=text)
+        case "chat/draftChanged":
+            return t.ChatDraftChangedAction(draft=t.Message(text=text, origin=USER))
+        case "chat/turnStarted":
+            return t.ChatTurnStartedAction(turn_id=turn, started_at="2026-01-01T00:00:00.000Z",
+                                           message=t.Message(text=text or "hi", origin=USER))
+        case "chat/turnCancelled":
+            return t.ChatTurnCancelledAction(turn_id=turn, duration=0)
+        case _:
+            return t.ChatWorkingDirectorySetAction(directory=directory)
+
+
+ACTIONS: tuple[str, ...] = (
+    "session/titleChanged", "session/isReadChanged", "session/isArchivedChanged",
+    "session/workingDirectorySet", "session/mcpServerStartRequested", "chat/draftChanged",
+    "chat/turnStarted", "chat/turnCancelled", "chat/workingDirectorySet",
+)
+"""What ``dispatch`` steps send.  Sent to any channel: to another kind's channel, an
+action is invalid there and must be rejected."""
+
+MALFORMED: tuple[str, ...] = ("parse", "not-object", "jsonrpc", "unknown-method",
+                              "bad-params")
+"""The kinds of ``malformed`` step: what JSON-RPC or AHP must refuse, each with its code."""
+
+
+@define
+class _Client:
+    number: int
+    client_id: str
+    version: str | None = None
+    conn: int | None = None
+    link: Link | None = None
+    subscriptions: list[str] = field(factory=list)
+    next_id: int = 1
+    next_seq: int = 1
+
+
+class Driver:
+    """Runs a program's steps against a target and records the traffic."""
+
+    MAX_CLIENTS = 4
+
+    def __init__(self, target: Target, *, timeout: float = 5.0, label: str | None = None
+                 ) -> None:
+        self.target = target
+        self.timeout = timeout
+        self.label = label or uuid.uuid4().hex[:8]
+        self.recorder = _Recorder()
+        self.steps: list[Step] = []
+        self.clients: list[_Client] = []
+        self.channels: list[str] = [ROOT]
+        self.sessions: list[str] = []
+        self.turns: dict[str, str] = {}
+        self.providers: list[str] = []
+        self._conns = 0
+        self._links: list[Link] = []
+        self._count = 0
+
+    # -- connections ---------------------------------------------------------------
+
+    def _open(self) -> tuple[int, Link] | None:
+        if not self.target.many and any(c.link is not None for c in self.clients):
+            return None
+        self._conns += 1
+        try:
+            link = self.target.open(self._conns, self.recorder)
+        except Exception:  # a host that refuses the connection fails the run
+            raise ConnectionError(f"cannot connect to the host (connection {self._conns})"
+                                  ) from None
+        self._links.append(link)
+        return self._conns, link
+
+    def _send(self, client: _Client, message: object) -> None:
+        assert client.link is not None and client.conn is not None
+        text = message if isinstance(message, str) else json.dumps(message)
+        self.recorder.add(client.conn, Direction.CLIENT, _parse(text) if isinstance(
+            message, str) else message)
+        client.link.send(text)
+
+    def _request(self, client: _Client, method: str, params: object,
+                 *, raw: Mapping[str, object] | None = None) -> Mapping[str, object] | None:
+        """Send a request and wait for its answer (``None``: none came in time)."""
+        request_id = client.next_id
+        client.next_id += 1
+        message = dict(raw) if raw is not None else {
+            "jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
+        message["id"] = request_id
+        assert client.conn is not None
+        conn, key = client.conn, json.dumps(request_id)
+        self.recorder.asked.add((conn, key))
+        strays = self.recorder.strays.get(conn, 0)
+        self._send(client, message)
+        if not self.recorder.wait(lambda: (conn, key) in self.recorder.answered
+                                  or self.recorder.strays.get(conn, 0) > strays
+                                  or conn in self.recorder.closed, self.timeout):
+            if self.recorder.overflow:
+                raise TrafficLimit("the host sent more than a run takes")
+            return None
+        for record in reversed(self.recorder.snapshot()):
+            m = record.message
+            if record.conn == conn and record.sender is Direction.HOST \
+                    and isinstance(m, dict) and "method" not in m \
+                    and json.dumps(m.get("id")) == key:
+                return m
+        return None
+
+    def known_actions(self, number: int) -> list[str]:
+        """The :data:`ACTIONS` live client ``number`` may send (what its version knows)."""
+        client = self._live(number)
+        if client is None or client.version is None:
+            return []
+        version = client.version
+        return [name for name in ACTIONS if is_action_known_to_version(name, version)]
+
+    def _live(self, number: object) -> _Client | None:
+        live = [c for c in self.clients if c.link is not None]
+        if not live or type(number) is not int:
+            return None
+        return live[number % len(live)]
+
+    def _channel(self, number: object, *, stateful: bool = False) -> str:
+        """Channel ``number`` (-1: one that does not exist); ``stateful``: not the root,
+        when there is another (what clients dispatch to is mostly sessions and chats)."""
+        if type(number) is not int or number < 0:
+            return f"ahp-session:/check-host-{self.label}-none"
+        channels = self.channels[1:] if stateful and len(self.channels) > 1 else self.channels
+        return channels[number % len(channels)]
+
+    def _notice(self, client: _Client, answer: Mapping[str, object] | None) -> None:
+        """What an answer tells the program: the agents, the channels it follows."""
+        result = answer.get("result") if answer is not None else None
+        if not isinstance(result, Mapping):
+            return
+        for snapshot in result.get("snapshots") or ():
+            if not isinstance(snapshot, Mapping):
+                continue
+            state = snapshot.get("state")
+            if snapshot.get("resource") == ROOT and isinstance(state, Mapping):
+                for agent in state.get("agents") or ():
+                    provider = agent.get("provider") if isinstance(agent, Mapping) else None
+                    if type(provider) is str and provider not in self.providers:
+                        self.providers.append(provider)
+
+    # -- steps -----------------------------------------------------------------------
+
+    def run(self, step: Step) -> None:
+        """Run one step (and remember it: :attr:`steps` is the program so far)."""
+        self.steps.append(dict(step))
+        op = step.get("op")
+        client = self._live(step.get("client"))
+        match op:
+            case "connect":
+                self._connect(step)
+            case "reconnect":
+                self._reconnect(step)
+            case _ if client is None:
+                pass
+            case "subscribe":
+                channel = self._channel(step.get("channel"))
+                answer = self._request(client, "subscribe", {"channel": channel})
+                if answer is not None and "result" in answer \
+                        and channel not in client.subscriptions:
+                    client.subscriptions.append(channel)
+            case "unsubscribe":
+                channel = self._channel(step.get("channel"))
+                self._send(client, {"jsonrpc": "2.0", "method": "unsubscribe",
+                                    "params": {"channel": channel}})
+                if channel in client.subscriptions:
+                    client.subscriptions.remove(channel)
+            case "dispatch":
+                self._dispatch(client, step)
+            case "ping":
+                self._request(client, "ping", {})
+            case "listSessions":
+                self._request(client, "listSessions", {})
+            case "createSession":
+                self._create_session(client)
+            case "createChat":
+                self._create_chat(client, step)
+            case "malformed":
+                self._malformed(client, step.get("kind"))
+            case "drop":
+                self._drop(client)
+            case _:
+                pass
+
+    def _connect(self, step: Step) -> None:
+        if sum(c.link is not None for c in self.clients) >= self.MAX_CLIENTS:
+            return
+        opened = self._open()
+        if opened is None:
+            return
+        versions = step.get("versions")
+        offered = [v for v in versions if type(v) is str] if isinstance(versions, list) \
+            else []
+        client = _Client(number=len(self.clients),
+                         client_id=f"check-host-{self.label}-{len(self.clients)}")
+        client.conn, client.link = opened
+        self.clients.append(client)
+        answer = self._request(client, "initialize", {
+            "protocolVersions": offered or ["0.7.0"], "clientId": client.client_id,
+            "initialSubscriptions": [ROOT]})
+        result = answer.get("result") if answer is not None else None
+        if not isinstance(result, Mapping):
+            self._drop(client)  # refused (its version, say): the connection is done
+            return
+        version = result.get("protocolVersion")
+        client.version = version if type(version) is str else None
+        client.subscriptions = [ROOT]
+        self._notice(client, answer)
+
+    def _reconnect(self, step: Step) -> None:
+        gone = [c for c in self.clients if c.link is None and c.version is not None]
+        number = step.get("client")
+        if not gone or type(number) is not int or not self.target.many:
+            return
+        client = gone[number % len(gone)]
+        opened = self._open()
+        if opened is None:
+            return
+        last = self._last_seen(client)
+        client.conn, client.link = opened
+        answer = self._request(client, "reconnect", {
+            "clientId": client.client_id, "lastSeenServerSeq": last,
+            "subscriptions": list(client.subscriptions)})
+        result = answer.get("result") if answer is not None else None
+        if isinstance(result, Mapping):
+            missing = result.get("missing")
+            if isinstance(missing, list):
+                client.subscriptions = [c for c in client.subscriptions if c not in missing]
+            if result.get("type") == "snapshot":
+                client.subscriptions = [
+                    s["resource"] for s in result.get("snapshots") or ()
+                    if isinstance(s, Mapping) and type(s.get("resource")) is str]
+
+    def _last_seen(self, client: _Client) -> int:
+        """The highest ``serverSeq`` the client was sent, on any of its connections."""
+        conns = {r.conn for r in self.recorder.snapshot() if r.sender is Direction.CLIENT
+                 and isinstance(r.message, dict)
+                 and isinstance(r.message.get("params"), dict)
+                 and r.message["params"].get("clientId") == client.client_id}
+        last = 0
+        for record in self.recorder.snapshot():
+            m = record.message
+            if record.conn not in conns or record.sender is not Direction.HOST \
+                    or not isinstance(m, dict):
+                continue
+            if m.get("method") == "action" and isinstance(m.get("params"), dict):
+                seq = m["params"].get("serverSeq")
+            elif isinstance(m.get("result"), dict):
+                result = m["result"]
+                seq = result.get("serverSeq")
+                for envelope in result.get("actions") or ():
+                    if isinstance(envelope, dict) and type(envelope.get("serverSeq")) is int:
+                        last = max(last, envelope["serverSeq"])
+            else:
+                continue
+            if type(seq) is int:
+                last = max(last, seq)
+        return last
+
+    def _drop(self, client: _Client) -> None:
+        if client.link is not None:
+            client.link.close()
+        client.link = None
+
+    def _dispatch(self, client: _Client, step: Step) -> None:
+        name = step.get("action")
+        if type(name) is not str or name not in ACTIONS or client.version is None \
+                or not is_action_known_to_version(name, client.version):
+            return  # a client only sends what its version knows
+        channel = self._channel(step.get("channel"), stateful=True)
+        text = step.get("text")
+        self._count += 1
+        if name == "chat/turnStarted":
+            self.turns[channel] = f"turn-{self.label}-{self._count}"
+        action = _action(name, text if type(text) is str else "", step.get("flag") is True,
+                         self.turns.get(channel, f"turn-{self.label}-none"))
+        seq = client.next_seq
+        client.next_seq += 1
+        self._send(client, {"jsonrpc": "2.0", "method": "dispatchAction", "params": {
+            "channel": channel, "clientSeq": seq, "action": wire.unstructure(action)}})
+
+    def _create_session(self, client: _Client) -> None:
+        if not self.providers:
+            return
+        self._count += 1
+        session = f"ahp-session:/check-host-{self.label}-{self._count}"
+        answer = self._request(client, "createSession", {
+            "channel": session, "provider": self.providers[0]})
+        if answer is not None and "result" in answer:
+            self.sessions.append(session)
+            self.channels.append(session)
+
+    def _create_chat(self, client: _Client, step: Step) -> None:
+        number = step.get("session")
+        if not self.sessions or type(number) is not int:
+            return
+        session = self.sessions[number % len(self.sessions)]
+        self._count += 1
+        chat = f"ahp-chat:/check-host-{self.label}-{self._count}"
+        answer = self._request(client, "createChat", {"channel": session, "chat": chat})
+        if answer is not None and "result" in answer:
+            self.channels.append(chat)
+
+    def _malformed(self, client: _Client, kind: object) -> None:
+        match kind:
+            case "parse":
+                self._send(client, '{"jsonrpc": "2.0", "id": 1, "method"')
+                self._null_answer(client)
+            case "not-object":
+                self._send(client, "42")
+                self._null_answer(client)
+            case "jsonrpc":
+                # the host may answer with the id or with null (it may not read ids
+                # of what is not JSON-RPC 2.0)
+                request_id = client.next_id
+                client.next_id += 1
+                self._send(client, {"jsonrpc": "1.0", "id": request_id, "method": "ping",
+                                    "params": {}})
+                self._null_answer(client, also=request_id)
+            case "unknown-method":
+                self._request(client, "checkHost/noSuchMethod", {})
+            case "bad-params":
+                self._request(client, "subscribe", {"channel": 42})
+            case _:
+                pass
+
+    def _null_answer(self, client: _Client, *, also: int | None = None) -> None:
+        """Wait for an answer with a null id (or with ``also``)."""
+        conn = client.conn
+        key = json.dumps(also)
+        before = self.recorder.nulls.get(conn, 0) if conn is not None else 0
+        self.recorder.wait(lambda: self.recorder.nulls.get(conn or 0, 0) > before
+                           or (conn, key) in self.recorder.answered
+                           or conn in self.recorder.closed, self.timeout)
+
+    # -- the end of a run ----------------------------------------------------------
+
+    def finish(self) -> Transcript:
+        """Quiesce, let fresh subscribers see every channel, close everything.
+
+        Every live client pings (so it has all the host sent before); then, for
+        each protocol version in use, a new client subscribes to every channel
+        (on a host of one connection at a time, each live client subscribes to
+        its channels again); then every live client pings again, which lets the
+        ``state-agrees`` check compare it with those snapshots."""
+        try:
+            live = [c for c in self.clients if c.link is not None]
+            for client in live:
+                self._request(client, "ping", {})
+            if self.target.many:
+                versions = sorted({c.version for c in live if c.version is not None})
+                for version in versions:
+                    self._observe(version)
+            else:
+                for client in live:
+                    for channel in client.subscriptions:
+                        self._request(client, "subscribe", {"channel": channel})
+            for client in live:
+                self._request(client, "ping", {})
+        finally:
+            self.close()
+        return Transcript(records=self.recorder.snapshot())
+
+    def _observe(self, version: str) -> None:
+        opened = self._open()
+        if opened is None:
+            return
+        observer = _Client(number=-1, client_id=f"check-host-{self.label}-observer-{version}")
+        observer.conn, observer.link = opened
+        self._request(observer, "initialize", {
+            "protocolVersions": [version], "clientId": observer.client_id,
+            "initialSubscriptions": list(dict.fromkeys(self.channels))})
+        observer.link.close()
+
+    def close(self) -> None:
+        """Close every connection this driver opened (idempotent)."""
+        links, self._links = self._links, []
+        for link in links:
+            link.close()
+        for client in self.clients:
+            client.link = None
+
+
+def run_program(target: Target, steps: Sequence[Step], *, timeout: float = 5.0) -> Transcript:
+    """Run a whole program (a replay) and return its transcript."""
+    driver = Driver(target, timeout=timeout)
+    try:
+        for step in steps:
+            driver.run(step)
+    except BaseException:
+        driver.close()
+        raise
+    return driver.finish()

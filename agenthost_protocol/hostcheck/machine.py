@@ -1,0 +1,294 @@
+"""``check-host``: a hypothesis state machine of up to four clients against a live host.
+
+Each rule of :class:`HostMachine` is one step of the driver's program
+(:mod:`~agenthost_protocol.hostcheck.driver`): connect a client of some
+supported version (or of none the host speaks), reconnect one that dropped,
+subscribe and unsubscribe, dispatch an action (valid where it is sent, or
+not), send something malformed, ping, list or create sessions and chats.  At
+the end of each example the driver quiesces, lets a fresh subscriber of each
+version see every channel, and every property is checked on the transcript.
+The first failing example is then shrunk (:func:`shrink`) and kept, with its
+program, so that ``--replay`` can run it again.
+
+Needs the ``testing`` extra (hypothesis); a WebSocket host the ``ws`` extra.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
+
+from attrs import define, field
+from hypothesis import HealthCheck, Phase, Verbosity, settings
+from hypothesis import seed as hypothesis_seed
+from hypothesis import strategies as st
+from hypothesis.errors import Flaky
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    get_state_machine_test,
+    initialize,
+    precondition,
+    rule,
+)
+
+from ..versions import SUPPORTED_PROTOCOL_VERSIONS
+from .driver import ACTIONS, MALFORMED, Driver, Step, Target, run_program
+from .properties import Violation
+from .transcript import Transcript
+from .verdict import PROPERTIES, check
+
+__all__ = ["Outcome", "check_host", "replay"]
+
+UNSPOKEN = "99.0.0"
+"""A version no host speaks: a client offering only it must be refused with -32005."""
+
+
+@define
+class Outcome:
+    """What a run found: each property's violations, in the smallest failing example."""
+
+    violations: dict[str, tuple[Violation, ...]]
+    examples: int
+    seconds: float
+    steps: list[Step] = field(factory=list)
+    transcript: Transcript = field(factory=lambda: Transcript(records=()))
+    error: str | None = None
+    """Why the run could not be completed (the host refused connections, say)."""
+
+    @property
+    def failed(self) -> list[str]:
+        return [name for name, found in self.violations.items() if found]
+
+
+class _Violated(AssertionError):
+    """Raised from a machine's teardown: hypothesis tells failures apart by type."""
+
+
+# One class a property: hypothesis shrinks toward a failure of the same type, so a
+# shrunk example still breaks the property the first one broke.
+_VIOLATED: Mapping[str, type[_Violated]] = MappingProxyType({
+    p.name: type(f"Violated_{p.name.replace('-', '_')}", (_Violated,), {})
+    for p in PROPERTIES})
+
+
+@define
+class _Runs:
+    """What every example of a run left: the count, and the last that failed."""
+
+    examples: int = 0
+    failing: tuple[list[Step], Transcript, dict[str, tuple[Violation, ...]]] | None = None
+
+
+def _versions() -> st.SearchStrategy[list[str]]:
+    one = st.sampled_from((*SUPPORTED_PROTOCOL_VERSIONS, UNSPOKEN))
+    return st.lists(one, min_size=1, max_size=2, unique=True)
+
+
+_CLIENT = st.integers(min_value=0, max_value=3)
+_CHANNEL = st.integers(min_value=-1, max_value=7)
+_ACTION = st.integers(min_value=0, max_value=len(ACTIONS) - 1)
+_TEXT = st.text(st.characters(codec="utf-8", categories=("L", "N", "P", "S", "Zs")), max_size=12)
+
+
+def _machine(target: Target, runs: _Runs, timeout: float) -> type[RuleBasedStateMachine]:
+    class HostMachine(RuleBasedStateMachine):
+        def __init__(self) -> None:
+            super().__init__()
+            self.driver = Driver(target, timeout=timeout)
+            runs.examples += 1
+
+        def _run(self, **step: object) -> None:
+            self.driver.run(step)
+
+        @initialize(versions=st.just([SUPPORTED_PROTOCOL_VERSIONS[0]]) | st.lists(
+                        st.sampled_from(SUPPORTED_PROTOCOL_VERSIONS), min_size=1, max_size=2,
+                        unique=True),
+                    other=st.just(SUPPORTED_PROTOCOL_VERSIONS[-1])
+                    | st.sampled_from(SUPPORTED_PROTOCOL_VERSIONS))
+        def start(self, versions: list[str], other: str) -> None:
+            # most of what is worth checking needs two clients sharing a session and a
+            # chat; the first speaks the newest version half the time and the second the
+            # oldest, so that actions the second does not know are sent where it listens
+            self._run(op="connect", versions=versions)
+            self._run(op="createSession", client=0)
+            self._run(op="createChat", client=0, session=0)
+            for client in (0, 1):
+                if client == 1 and target.many:
+                    self._run(op="connect", versions=[other])
+                self._run(op="subscribe", client=client, channel=1)
+                self._run(op="subscribe", client=client, channel=2)
+
+        @precondition(lambda self: sum(c.link is not None for c in self.driver.clients) < 4)
+        @rule(versions=_versions())
+        def connect(self, versions: list[str]) -> None:
+            self._run(op="connect", versions=versions)
+
+        @precondition(lambda self: target.many)
+        @rule(client=_CLIENT)
+        def drop(self, client: int) -> None:
+            self._run(op="drop", client=client)
+
+        @precondition(lambda self: target.many)
+        @rule(client=_CLIENT)
+        def reconnect(self, client: int) -> None:
+            self._run(op="reconnect", client=client)
+
+        @rule(client=_CLIENT, channel=_CHANNEL)
+        def subscribe(self, client: int, channel: int) -> None:
+            self._run(op="subscribe", client=client, channel=channel)
+
+        @rule(client=_CLIENT, channel=_CHANNEL)
+        def unsubscribe(self, client: int, channel: int) -> None:
+            self._run(op="unsubscribe", client=client, channel=channel)
+
+        def _dispatch(self, client: int, channel: int, action: int, text: str,
+                      flag: bool) -> None:
+            # a client sends only what its version knows: the action is picked among those
+            known = self.driver.known_actions(client)
+            if known:
+                self._run(op="dispatch", client=client, channel=channel,
+                          action=known[action % len(known)], text=text, flag=flag)
+
+        # actions are most of what a host handles: three rules, three times the weight
+        @rule(client=_CLIENT, channel=_CHANNEL, action=_ACTION, text=_TEXT, flag=st.booleans())
+        def dispatch(self, client: int, channel: int, action: int, text: str,
+                     flag: bool) -> None:
+            self._dispatch(client, channel, action, text, flag)
+
+        @rule(client=_CLIENT, channel=_CHANNEL, action=_ACTION, text=_TEXT, flag=st.booleans())
+        def dispatch_again(self, client: int, channel: int, action: int, text: str,
+                           flag: bool) -> None:
+            self._dispatch(client, channel, action, text, flag)
+
+        @rule(client=_CLIENT, channel=_CHANNEL, action=_ACTION, text=_TEXT, flag=st.booleans())
+        def dispatch_once_more(self, client: int, channel: int, action: int, text: str,
+                               flag: bool) -> None:
+            self._dispatch(client, channel, action, text, flag)
+
+        @rule(client=_CLIENT, kind=st.sampled_from(MALFORMED))
+        def malformed(self, client: int, kind: str) -> None:
+            self._run(op="malformed", client=client, kind=kind)
+
+        @rule(client=_CLIENT)
+        def ping(self, client: int) -> None:
+            self._run(op="ping", client=client)
+
+        @rule(client=_CLIENT)
+        def list_sessions(self, client: int) -> None:
+            self._run(op="listSessions", client=client)
+
+        @rule(client=_CLIENT)
+        def create_session(self, client: int) -> None:
+            self._run(op="createSession", client=client)
+
+        @rule(client=_CLIENT, session=st.integers(min_value=0, max_value=3))
+        def create_chat(self, client: int, session: int) -> None:
+            self._run(op="createChat", client=client, session=session)
+
+        def teardown(self) -> None:
+            transcript = self.driver.finish()
+            found = check(transcript)
+            broken = [name for name, violations in found.items() if violations]
+            if broken:
+                runs.failing = (list(self.driver.steps), transcript, found)
+                first = found[broken[0]][0]
+                raise _VIOLATED[broken[0]](str(first))
+
+    return HostMachine
+
+
+def check_host(target: Target, *, examples: int = 25, steps: int = 30, seed: int | None = None,
+               timeout: float = 5.0, shrink_budget: float = 60.0) -> Outcome:
+    """Run the state machine against ``target``; the smallest failing example, if any."""
+    runs = _Runs()
+    machine = _machine(target, runs, timeout)
+    test = get_state_machine_test(machine, settings=settings(
+        max_examples=examples, stateful_step_count=steps, deadline=None, database=None,
+        suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet,
+        report_multiple_bugs=False, print_blob=False,
+        phases=(Phase.generate,)))
+    if seed is not None:
+        test = hypothesis_seed(seed)(test)
+    started = time.monotonic()
+    error = None
+    target.start()
+    try:
+        test()
+    except _Violated:
+        pass
+    except Flaky:
+        pass  # the host did not fail the same way twice: the last failure is kept
+    except (ConnectionError, OSError) as e:
+        error = str(e)
+    finally:
+        target.stop()
+    if runs.failing is None:
+        seconds = time.monotonic() - started
+        return Outcome(violations={p.name: () for p in PROPERTIES}, examples=runs.examples,
+                       seconds=seconds, error=error)
+    program, transcript, found = runs.failing
+    broken = next(name for name, violations in found.items() if violations)
+    smaller = shrink(target, program, broken, timeout=timeout, budget=shrink_budget)
+    if smaller is not None:
+        program, transcript, found = smaller
+    return Outcome(violations=found, examples=runs.examples,
+                   seconds=time.monotonic() - started, steps=program, transcript=transcript,
+                   error=error)
+
+
+Found = tuple[list[Step], Transcript, dict[str, tuple[Violation, ...]]]
+
+
+def _fails(target: Target, program: list[Step], prop: str, timeout: float) -> Found | None:
+    transcript = run_program(target, program, timeout=timeout)
+    found = check(transcript)
+    return (program, transcript, found) if found.get(prop) else None
+
+
+def shrink(target: Target, program: list[Step], prop: str, *, timeout: float = 5.0,
+           budget: float = 60.0) -> Found | None:
+    """The smallest program found that still breaks ``prop``: runs of steps are left out,
+    halves first, then ever shorter runs, while the host still fails (``None``: the
+    program did not fail again).
+
+    Hypothesis's own shrinker is not used: a stateful example keeps its length while it
+    shrinks (a step can only become a simpler step), and every try is a live run.  After
+    ``budget`` seconds the smallest found so far is the answer."""
+    best = _fails(target, program, prop, timeout)
+    if best is None:
+        return None
+    steps = best[0]
+    chunk = max(1, len(steps) // 2)
+    ends = time.monotonic() + budget
+    while True:
+        start = 0
+        while start < len(steps):
+            if time.monotonic() > ends:
+                return best
+            candidate = steps[:start] + steps[start + chunk:]
+            found = _fails(target, candidate, prop, timeout) if candidate else None
+            if found is not None:
+                best, steps = found, candidate
+            else:
+                start += chunk
+        if chunk == 1:
+            return best
+        chunk = max(1, chunk // 2)
+
+
+def replay(target: Target, program: Sequence[Step], *, timeout: float = 5.0) -> Outcome:
+    """Run one program again (``check-host --replay``) and check it."""
+    started = time.monotonic()
+    driver = Driver(target, timeout=timeout)
+    target.start()
+    try:
+        for step in program:
+            driver.run(step)
+        transcript = driver.finish()
+    finally:
+        driver.close()
+        target.stop()
+    return Outcome(violations=check(transcript), examples=1,
+                   seconds=time.monotonic() - started, steps=list(program),
+                   transcript=transcript)

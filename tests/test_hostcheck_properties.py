@@ -246,8 +246,10 @@ def test_a_violation_names_its_place() -> None:
         Record(sender=Direction.CLIENT, message={"jsonrpc": "2.0", "id": 1, "method": "ping"}),
         Record(sender=Direction.HOST, message={"jsonrpc": "2.0", "id": True, "result": None}),
     ])
-    (violation,) = check(transcript)["one-response-per-request"]
-    assert violation.index == 1 and "True" in str(violation)  # true is not 1
+    unanswered, unasked = check(transcript)["one-response-per-request"]
+    assert unasked.index == 1 and "True" in str(unasked)  # true is not 1
+    # so the request itself was never answered
+    assert unanswered.index == 0 and "never answered" in unanswered.message
 
 
 def test_transcripts_round_trip_as_json_lines(clean: Transcript) -> None:

@@ -35,7 +35,7 @@ from attrs import define, field
 
 from .. import types as t
 from .. import wire
-from ..versions import is_action_known_to_version
+from ..versions import PROTOCOL_VERSION, is_action_known_to_version
 from .transcript import Direction, Record, Transcript
 
 __all__ = [
@@ -332,6 +332,7 @@ class Driver:
         self.sessions: list[str] = []
         self.turns: dict[str, str] = {}
         self.providers: list[str] = []
+        self.witness: _Client | None = None
         self._conns = 0
         self._links: list[Link] = []
         self._count = 0
@@ -489,6 +490,30 @@ class Driver:
         client.subscriptions = [ROOT]
         self._notice(client, answer)
 
+    def _watch(self, channel: str) -> None:
+        """Let the witness follow ``channel``.
+
+        The witness is a client of the newest version that never drops and
+        follows every channel the program made: what the host sent is then
+        seen by someone, so a replay can be checked against it
+        (``replay-complete``) and every client's state against its
+        (``state-agrees``).  It is not a step: replays make it the same way."""
+        if not self.target.many:
+            return
+        witness = self.witness
+        if witness is None:
+            opened = self._open()
+            if opened is None:
+                return
+            witness = self.witness = _Client(
+                number=-1, client_id=f"check-host-{self.label}-witness")
+            witness.conn, witness.link = opened
+            self._request(witness, "initialize", {
+                "protocolVersions": [PROTOCOL_VERSION], "clientId": witness.client_id,
+                "initialSubscriptions": [ROOT, channel]})
+        elif witness.link is not None:
+            self._request(witness, "subscribe", {"channel": channel})
+
     def _reconnect(self, step: Step) -> None:
         gone = [c for c in self.clients if c.link is None and c.version is not None]
         number = step.get("client")
@@ -571,6 +596,7 @@ class Driver:
         if answer is not None and "result" in answer:
             self.sessions.append(session)
             self.channels.append(session)
+            self._watch(session)
 
     def _create_chat(self, client: _Client, step: Step) -> None:
         number = step.get("session")
@@ -582,6 +608,7 @@ class Driver:
         answer = self._request(client, "createChat", {"channel": session, "chat": chat})
         if answer is not None and "result" in answer:
             self.channels.append(chat)
+            self._watch(chat)
 
     def _malformed(self, client: _Client, kind: object) -> None:
         match kind:
@@ -639,6 +666,8 @@ class Driver:
                         self._request(client, "subscribe", {"channel": channel})
             for client in live:
                 self._request(client, "ping", {})
+            if self.witness is not None and self.witness.link is not None:
+                self._request(self.witness, "ping", {})
         finally:
             self.close()
         return Transcript(records=self.recorder.snapshot())

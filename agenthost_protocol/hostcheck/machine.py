@@ -205,6 +205,7 @@ def check_host(target: Target, *, examples: int = 25, steps: int = 30, seed: int
     machine = _machine(target, runs, timeout)
     test = get_state_machine_test(machine, settings=settings(
         max_examples=examples, stateful_step_count=steps, deadline=None, database=None,
+        derandomize=False,
         suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet,
         report_multiple_bugs=False, print_blob=False,
         phases=(Phase.generate,)))

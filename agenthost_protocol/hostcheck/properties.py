@@ -126,8 +126,9 @@ def _is_response(message: Mapping[str, object]) -> bool:
 
 def _one_response_per_request(transcript: Transcript) -> Iterator[Violation]:
     name = "one-response-per-request"
-    pending: set[tuple[str, object]] = set()
+    pending: dict[tuple[str, object], int] = {}  # request id -> where it was sent
     answered: set[tuple[str, object]] = set()
+    loose: set[tuple[str, object]] = set()
     for index, record in enumerate(transcript):
         message = record.message
         if not isinstance(message, Mapping):
@@ -135,7 +136,10 @@ def _one_response_per_request(transcript: Transcript) -> Iterator[Violation]:
         if record.sender is Direction.CLIENT:
             key = _id_key(message.get("id"))
             if key is not None and "method" in message:
-                pending.add(key)
+                if message.get("jsonrpc") == "2.0":
+                    pending[key] = index
+                else:
+                    loose.add(key)  # not JSON-RPC 2.0: answered with its id or null
             continue
         if not _is_response(message):
             continue
@@ -152,13 +156,19 @@ def _one_response_per_request(transcript: Transcript) -> Iterator[Violation]:
         if key in answered:
             yield Violation(prop=name, index=index,
                             message=f"request {raw_id!r} answered twice")
+        elif key in loose:
+            loose.discard(key)
+            answered.add(key)
         elif key is None or key not in pending:
             yield Violation(prop=name, index=index, message=(
                 f"a response with id {raw_id!r}, which no request of the client had "
                 "(the id must be echoed exactly, its JSON type too)"))
         else:
-            pending.discard(key)
+            del pending[key]
             answered.add(key)
+    for key, at in pending.items():
+        yield Violation(prop=name, index=at, message=(
+            f"request {key[1]!r} was never answered (by the end of the connection)"))
 
 
 def _well_formed_response(transcript: Transcript) -> Iterator[Violation]:

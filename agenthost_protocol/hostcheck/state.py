@@ -353,15 +353,16 @@ def _rejection_unapplied(transcript: Transcript) -> Iterator[Violation]:
             applied.setdefault(key, index)
 
 
+# state-agrees comes last: it catches most faults, after the property that names them
 RUN_PROPERTIES: tuple[Property, ...] = (
-    Property(name="state-agrees", section=_SPEC + "subscriptions.md",
-             summary="every client's confirmed state equals the host's snapshot of the same "
-                     "serverSeq, once the client has caught up", check=_state_agrees,
-             across=True),
     Property(name="replay-complete", section=_SPEC + "lifecycle.md#reconnection",
              summary="a reconnect's replay holds every envelope of the client's channels "
                      "after lastSeenServerSeq", check=_replay_complete, across=True),
     Property(name="rejection-unapplied", section=_SPEC + "session-channel.md",
              summary="an action rejected to its origin reaches no one as applied",
              check=_rejection_unapplied, across=True),
+    Property(name="state-agrees", section=_SPEC + "subscriptions.md",
+             summary="every client's confirmed state equals the host's snapshot of the same "
+                     "serverSeq, once the client has caught up", check=_state_agrees,
+             across=True),
 )

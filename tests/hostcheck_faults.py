@@ -41,7 +41,8 @@ class Conn:
     def seen_from_client(self, message: object) -> None:
         if not isinstance(message, dict):
             return
-        params = message.get("params") if isinstance(message.get("params"), dict) else {}
+        raw = message.get("params")
+        params: dict[str, Any] = raw if isinstance(raw, dict) else {}
         method = message.get("method")
         if "id" in message and isinstance(method, str):
             self.asked[json.dumps(message["id"])] = method

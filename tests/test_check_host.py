@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -191,3 +192,28 @@ def test_a_transcript_of_several_connections_round_trips(served: str) -> None:
     assert again == outcome.transcript
     assert len(again.connections()) >= 3  # two clients and an observer a version
     assert check(again) == outcome.violations
+
+
+def test_a_host_that_sends_too_much_fails_the_run_and_nothing_else(tmp_path: Path) -> None:
+    # a hostile host: one message over the checker's limit, then a flood on the next
+    from websockets.sync.server import serve
+
+    from agenthost_protocol.hostcheck.driver import MAX_MESSAGE_BYTES
+
+    def handle(socket: object) -> None:
+        with contextlib.suppress(Exception):
+            for _ in socket:  # type: ignore[attr-defined]
+                socket.send("x" * (MAX_MESSAGE_BYTES + 1))  # type: ignore[attr-defined]
+
+    with serve(handle, "127.0.0.1", 0, max_size=None) as server:
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            url = f"ws://127.0.0.1:{server.socket.getsockname()[1]}"
+            outcome = check_host(WebSocketTarget(url=url), examples=1, steps=2, seed=0,
+                                 timeout=1, shrink_budget=2)
+        finally:
+            server.shutdown()
+            thread.join(10)
+    assert "one-response-per-request" in outcome.failed
+    assert all(len(json.dumps(r.message)) < 1000 for r in outcome.transcript)

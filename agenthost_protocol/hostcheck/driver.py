@@ -97,6 +97,13 @@ class _Recorder:
                     self.answered.add(key)
             self._changed.notify_all()
 
+    def expect(self, conn: int, key: str) -> int:
+        """A request ``key`` is about to be sent on ``conn``; how many stray answers the
+        connection has had so far."""
+        with self._changed:
+            self.asked.add((conn, key))
+            return self.strays.get(conn, 0)
+
     def close(self, conn: int) -> None:
         with self._changed:
             self.closed.add(conn)
@@ -368,8 +375,7 @@ class Driver:
         message["id"] = request_id
         assert client.conn is not None
         conn, key = client.conn, json.dumps(request_id)
-        self.recorder.asked.add((conn, key))
-        strays = self.recorder.strays.get(conn, 0)
+        strays = self.recorder.expect(conn, key)
         self._send(client, message)
         if not self.recorder.wait(lambda: (conn, key) in self.recorder.answered
                                   or self.recorder.strays.get(conn, 0) > strays

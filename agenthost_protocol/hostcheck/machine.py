@@ -33,7 +33,7 @@ from hypothesis.stateful import (
 )
 
 from ..versions import SUPPORTED_PROTOCOL_VERSIONS
-from .driver import ACTIONS, MALFORMED, Driver, Step, Target, run_program
+from .driver import ACTIONS, MALFORMED, Driver, Step, Target, TrafficLimit, run_program
 from .properties import Violation
 from .transcript import Transcript
 from .verdict import PROPERTIES, check
@@ -220,7 +220,7 @@ def check_host(target: Target, *, examples: int = 25, steps: int = 30, seed: int
         pass
     except Flaky:
         pass  # the host did not fail the same way twice: the last failure is kept
-    except (ConnectionError, OSError) as e:
+    except (ConnectionError, OSError, TrafficLimit) as e:
         error = str(e)
     finally:
         target.stop()

@@ -43,6 +43,7 @@ __all__ = [
     "MALFORMED",
     "Driver",
     "Link",
+    "Recorder",
     "StdioTarget",
     "Target",
     "TrafficLimit",
@@ -62,13 +63,17 @@ class TrafficLimit(RuntimeError):
     """The host sent more than a run takes (:data:`MAX_RECORDS`, or too large a message)."""
 
 
-class _Recorder:
-    """Every message of a run, from every connection's reader thread, in arrival order."""
+class Recorder:
+    """Every message of a run, from every connection's reader thread, in arrival order.
+
+    A :class:`Target`'s connection hands it what the host sends (:meth:`add`) and
+    says when the connection ended (:meth:`close`)."""
 
     def __init__(self) -> None:
         self._changed = threading.Condition()
         self.records: list[Record] = []
-        self.answered: set[tuple[int, str]] = set()
+        self.answered: dict[tuple[int, str], dict[str, object]] = {}
+        """The first answer to each (connection, JSON id)."""
         self.asked: set[tuple[int, str]] = set()
         self.strays: dict[int, int] = {}
         """How many answers with an id no request of the connection had."""
@@ -94,7 +99,7 @@ class _Recorder:
                         # an id no request had: whatever it answers, waiting for the
                         # right one would only wait out the timeout
                         self.strays[conn] = self.strays.get(conn, 0) + 1
-                    self.answered.add(key)
+                    self.answered.setdefault(key, message)
             self._changed.notify_all()
 
     def expect(self, conn: int, key: str) -> int:
@@ -103,6 +108,12 @@ class _Recorder:
         with self._changed:
             self.asked.add((conn, key))
             return self.strays.get(conn, 0)
+
+    def overflowed(self) -> None:
+        """The host sent a message over the limit: the run ends."""
+        with self._changed:
+            self.overflow = True
+            self._changed.notify_all()
 
     def close(self, conn: int) -> None:
         with self._changed:
@@ -139,7 +150,7 @@ class Target(Protocol):
     """Whether several connections may be open at once to one host (and a client may
     reconnect to it)."""
 
-    def open(self, conn: int, recorder: _Recorder) -> Link: ...
+    def open(self, conn: int, recorder: Recorder) -> Link: ...
     def start(self) -> None: ...
     def stop(self) -> None: ...
 
@@ -179,7 +190,7 @@ class WebSocketTarget:
     def stop(self) -> None:
         pass
 
-    def open(self, conn: int, recorder: _Recorder) -> Link:
+    def open(self, conn: int, recorder: Recorder) -> Link:
         from websockets.sync.client import connect  # noqa: PLC0415 (the ws extra)
 
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else None
@@ -249,7 +260,7 @@ class StdioTarget:
     def stop(self) -> None:
         pass
 
-    def open(self, conn: int, recorder: _Recorder) -> Link:
+    def open(self, conn: int, recorder: Recorder) -> Link:
         process = subprocess.Popen(  # the command the user asked to check
             shlex.split(self.command), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL, start_new_session=True)
@@ -259,7 +270,7 @@ class StdioTarget:
             with contextlib.suppress(Exception):
                 while line := process.stdout.readline(MAX_MESSAGE_BYTES + 1):
                     if len(line) > MAX_MESSAGE_BYTES:
-                        recorder.overflow = True
+                        recorder.overflowed()
                         break
                     if line.strip():
                         recorder.add(conn, Direction.HOST, _parse(line))
@@ -332,7 +343,7 @@ class Driver:
         self.target = target
         self.timeout = timeout
         self.label = label or uuid.uuid4().hex[:8]
-        self.recorder = _Recorder()
+        self.recorder = Recorder()
         self.steps: list[Step] = []
         self.clients: list[_Client] = []
         self.channels: list[str] = [ROOT]
@@ -377,19 +388,12 @@ class Driver:
         conn, key = client.conn, json.dumps(request_id)
         strays = self.recorder.expect(conn, key)
         self._send(client, message)
-        if not self.recorder.wait(lambda: (conn, key) in self.recorder.answered
-                                  or self.recorder.strays.get(conn, 0) > strays
-                                  or conn in self.recorder.closed, self.timeout):
-            if self.recorder.overflow:
-                raise TrafficLimit("the host sent more than a run takes")
-            return None
-        for record in reversed(self.recorder.snapshot()):
-            m = record.message
-            if record.conn == conn and record.sender is Direction.HOST \
-                    and isinstance(m, dict) and "method" not in m \
-                    and json.dumps(m.get("id")) == key:
-                return m
-        return None
+        self.recorder.wait(lambda: (conn, key) in self.recorder.answered
+                           or self.recorder.strays.get(conn, 0) > strays
+                           or conn in self.recorder.closed, self.timeout)
+        if self.recorder.overflow:
+            raise TrafficLimit("the host sent more than a run takes")
+        return self.recorder.answered.get((conn, key))
 
     def known_actions(self, number: int) -> list[str]:
         """The :data:`ACTIONS` live client ``number`` may send (what its version knows)."""

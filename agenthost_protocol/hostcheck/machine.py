@@ -16,8 +16,7 @@ Needs the ``testing`` extra (hypothesis); a WebSocket host the ``ws`` extra.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
-from types import MappingProxyType
+from collections.abc import Sequence
 
 from attrs import define, field
 from hypothesis import HealthCheck, Phase, Verbosity, settings
@@ -62,14 +61,7 @@ class Outcome:
 
 
 class _Violated(AssertionError):
-    """Raised from a machine's teardown: hypothesis tells failures apart by type."""
-
-
-# One class a property: hypothesis shrinks toward a failure of the same type, so a
-# shrunk example still breaks the property the first one broke.
-_VIOLATED: Mapping[str, type[_Violated]] = MappingProxyType({
-    p.name: type(f"Violated_{p.name.replace('-', '_')}", (_Violated,), {})
-    for p in PROPERTIES})
+    """Raised from a machine's teardown when a property was broken."""
 
 
 @define
@@ -193,7 +185,7 @@ def _machine(target: Target, runs: _Runs, timeout: float) -> type[RuleBasedState
             if broken:
                 runs.failing = (list(self.driver.steps), transcript, found)
                 first = found[broken[0]][0]
-                raise _VIOLATED[broken[0]](str(first))
+                raise _Violated(str(first))
 
     return HostMachine
 
@@ -229,7 +221,7 @@ def check_host(target: Target, *, examples: int = 25, steps: int = 30, seed: int
         return Outcome(violations={p.name: () for p in PROPERTIES}, examples=runs.examples,
                        seconds=seconds, error=error)
     program, transcript, found = runs.failing
-    broken = next(name for name, violations in found.items() if violations)
+    broken = {name for name, violations in found.items() if violations}
     smaller = shrink(target, program, broken, timeout=timeout, budget=shrink_budget)
     if smaller is not None:
         program, transcript, found = smaller
@@ -241,22 +233,25 @@ def check_host(target: Target, *, examples: int = 25, steps: int = 30, seed: int
 Found = tuple[list[Step], Transcript, dict[str, tuple[Violation, ...]]]
 
 
-def _fails(target: Target, program: list[Step], prop: str, timeout: float) -> Found | None:
+def _fails(target: Target, program: list[Step], props: set[str], timeout: float
+           ) -> Found | None:
     transcript = run_program(target, program, timeout=timeout)
     found = check(transcript)
-    return (program, transcript, found) if found.get(prop) else None
+    return (program, transcript, found) if all(found.get(p) for p in props) else None
 
 
-def shrink(target: Target, program: list[Step], prop: str, *, timeout: float = 5.0,
+def shrink(target: Target, program: list[Step], props: set[str], *, timeout: float = 5.0,
            budget: float = 60.0) -> Found | None:
-    """The smallest program found that still breaks ``prop``: runs of steps are left out,
-    halves first, then ever shorter runs, while the host still fails (``None``: the
-    program did not fail again).
+    """The smallest program found that still breaks every property in ``props``: runs
+    of steps are left out, halves first, then ever shorter runs, while the host still
+    fails so (``None``: the program did not fail so again).  Keeping every property the
+    example broke keeps what it showed: a fault that breaks two properties is not shrunk
+    into an example of one of them.
 
     Hypothesis's own shrinker is not used: a stateful example keeps its length while it
     shrinks (a step can only become a simpler step), and every try is a live run.  After
     ``budget`` seconds the smallest found so far is the answer."""
-    best = _fails(target, program, prop, timeout)
+    best = _fails(target, program, props, timeout)
     if best is None:
         return None
     steps = best[0]
@@ -268,7 +263,7 @@ def shrink(target: Target, program: list[Step], prop: str, *, timeout: float = 5
             if time.monotonic() > ends:
                 return best
             candidate = steps[:start] + steps[start + chunk:]
-            found = _fails(target, candidate, prop, timeout) if candidate else None
+            found = _fails(target, candidate, props, timeout) if candidate else None
             if found is not None:
                 best, steps = found, candidate
             else:

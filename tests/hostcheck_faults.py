@@ -259,10 +259,22 @@ class ChangedRequestId(Fault):
         return [message]
 
 
+class SessionCreatedTwice(Fault):
+    name, breaks = "a session URI in use created again", "session-exists"
+
+    def to_client(self, conn: Conn, message: Message) -> list[Message]:
+        error = message.get("error")
+        if isinstance(error, dict) and error.get("code") == -32003:
+            del message["error"]
+            message["result"] = None
+            self.count += 1
+        return [message]
+
+
 FAULTS: tuple[type[Fault], ...] = (
     ReusedServerSeq, MissingOrigin, RejectedApplied, DroppedEnvelope, DuplicatedEnvelope,
     ActionToOlderVersion, WrongErrorCode, StaleSnapshot, IncompleteReplay, ReorderedReplay,
-    NullResultOmitted, ChangedRequestId,
+    NullResultOmitted, ChangedRequestId, SessionCreatedTwice,
 )
 
 

@@ -26,7 +26,7 @@ from agenthost_protocol.hostcheck.driver import StdioTarget, WebSocketTarget
 from agenthost_protocol.hostcheck.machine import check_host, replay
 
 from ._aio_peer import child_env, serve_command
-from .hostcheck_faults import FAULTS, Fault, FaultyHost
+from .hostcheck_faults import FAULTS, Fault, FaultyHost, NullResultOmitted
 
 LONG = os.environ.get("HYPOTHESIS_PROFILE") == "long"
 EXAMPLES = 500 if LONG else 50
@@ -105,22 +105,22 @@ def test_the_command_passes_our_serve(served: str, tmp_path: Path,
                  str(report)])
     out = capsys.readouterr().out.splitlines()
     assert code == 0, out
-    assert len(out) == 12 and out[-1].startswith("11 passed, 0 failed")
+    assert len(out) == 13 and out[-1].startswith("12 passed, 0 failed")
     assert all(line.startswith("ok   ") for line in out[:-1])
     head = json.loads(report.read_text().splitlines()[0])["report"]
-    assert [p["passed"] for p in head["properties"]] == [True] * 11
+    assert [p["passed"] for p in head["properties"]] == [True] * 12
 
 
 def test_a_failure_prints_a_transcript_that_replays(served: str, tmp_path: Path,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
     report = tmp_path / "failed.jsonl"
-    with FaultyHost(served, FAULTS[-2]()) as proxy:  # "result" left out for null
+    with FaultyHost(served, NullResultOmitted()) as proxy:
         code = main(["check-host", proxy.url, "--examples", "5", "--seed", "1", "--report",
                      str(report), "--shrink-time", "5"])
         out = capsys.readouterr().out.splitlines()
         assert code == 1
         assert "FAIL well-formed-response" in "\n".join(out)
-        assert any(line.startswith("10 passed, 1 failed") for line in out)
+        assert any(line.startswith("11 passed, 1 failed") for line in out)
         printed = [line for line in out if line.startswith("{")]
         assert printed == report.read_text().splitlines()[1:]
         # --replay runs the program of the report; check-traffic checks its messages
@@ -143,7 +143,7 @@ def test_check_traffic_reads_a_capture_of_serve(tmp_path: Path,
     for file in files:
         assert main(["check-traffic", str(file)]) == 0, capsys.readouterr().out
         out = capsys.readouterr().out
-        assert "11 passed, 0 failed" in out
+        assert "12 passed, 0 failed" in out
 
 
 def test_check_traffic_refuses_what_is_not_a_transcript(tmp_path: Path,

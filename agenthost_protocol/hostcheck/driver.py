@@ -465,7 +465,7 @@ class Driver:
             case "listSessions":
                 self._request(client, "listSessions", {})
             case "createSession":
-                self._create_session(client)
+                self._create_session(client, step.get("again"))
             case "createChat":
                 self._create_chat(client, step)
             case "malformed":
@@ -596,8 +596,15 @@ class Driver:
         self._send(client, {"jsonrpc": "2.0", "method": "dispatchAction", "params": {
             "channel": channel, "clientSeq": seq, "action": wire.unstructure(action)}})
 
-    def _create_session(self, client: _Client) -> None:
+    def _create_session(self, client: _Client, again: object = None) -> None:
+        """``createSession`` of a new URI, or (``again``: a number) of one that exists,
+        which the host must refuse with -32003."""
         if not self.providers:
+            return
+        if type(again) is int and self.sessions:
+            self._request(client, "createSession", {
+                "channel": self.sessions[again % len(self.sessions)],
+                "provider": self.providers[0]})
             return
         self._count += 1
         session = f"ahp-session:/check-host-{self.label}-{self._count}"

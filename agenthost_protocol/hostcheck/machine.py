@@ -175,6 +175,10 @@ def _machine(target: Target, runs: _Runs, timeout: float) -> type[RuleBasedState
             self._run(op="createSession", client=client)
 
         @rule(client=_CLIENT, session=st.integers(min_value=0, max_value=3))
+        def create_session_again(self, client: int, session: int) -> None:
+            self._run(op="createSession", client=client, again=session)
+
+        @rule(client=_CLIENT, session=st.integers(min_value=0, max_value=3))
         def create_chat(self, client: int, session: int) -> None:
             self._run(op="createChat", client=client, session=session)
 

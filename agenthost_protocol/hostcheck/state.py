@@ -36,6 +36,7 @@ from .. import wire
 from ..channels import STATE_TYPES, ChannelKind, channel_kind
 from ..errors import ProtocolError
 from ..reducers import REDUCERS
+from ..types.error_codes import AhpErrorCode
 from ..versions import is_action_known_to_version
 from .properties import _SPEC, Property, Violation, _field, _id_key
 from .transcript import Direction, Transcript
@@ -353,6 +354,38 @@ def _rejection_unapplied(transcript: Transcript) -> Iterator[Violation]:
             applied.setdefault(key, index)
 
 
+def _session_exists(transcript: Transcript) -> Iterator[Violation]:
+    name = "session-exists"
+    created: set[object] = set()
+    asked: dict[tuple[int, tuple[str, object]], Mapping[str, object]] = {}
+    for index, record in enumerate(transcript):
+        message = record.message
+        if not isinstance(message, Mapping):
+            continue
+        key = _id_key(message.get("id"))
+        if key is None:
+            continue
+        if record.sender is Direction.CLIENT:
+            if message.get("method") == "createSession":
+                asked[(record.conn, key)] = message
+            continue
+        if "method" in message:
+            continue
+        request = asked.pop((record.conn, key), None)
+        if request is None:
+            continue
+        channel = _field(request, "channel")
+        error = message.get("error")
+        if channel in created:
+            code = error.get("code") if isinstance(error, Mapping) else "a result"
+            if code != AhpErrorCode.SESSION_ALREADY_EXISTS:
+                yield Violation(prop=name, index=index, message=(
+                    f"createSession of {channel!r}, which exists, answered {code!r}: "
+                    "SessionAlreadyExists (-32003) is the answer"))
+        elif "result" in message:
+            created.add(channel)
+
+
 # state-agrees comes last: it catches most faults, after the property that names them
 RUN_PROPERTIES: tuple[Property, ...] = (
     Property(name="replay-complete", section=_SPEC + "lifecycle.md#reconnection",
@@ -361,6 +394,9 @@ RUN_PROPERTIES: tuple[Property, ...] = (
     Property(name="rejection-unapplied", section=_SPEC + "session-channel.md",
              summary="an action rejected to its origin reaches no one as applied",
              check=_rejection_unapplied, across=True),
+    Property(name="session-exists", section=_SPEC + "session-channel.md",
+             summary="createSession of a URI in use is refused with SessionAlreadyExists "
+                     "(-32003)", check=_session_exists, across=True),
     Property(name="state-agrees", section=_SPEC + "subscriptions.md",
              summary="every client's confirmed state equals the host's snapshot of the same "
                      "serverSeq, once the client has caught up", check=_state_agrees,

@@ -1,7 +1,8 @@
 """The layering of the package, read from its source.
 
 * No pure module (all but ``aio``, ``agent``, the built-in ``agents``
-  written on it, the SQLite store and the command line) imports asyncio,
+  written on it, the SQLite store, ``check-host``'s driver and the command
+  line) imports asyncio,
   sqlite3, the asyncio layer, the agent layer, the built-in agents, the
   SQLite store or an optional dependency, not even inside a function.
 * The host core's modules import each other without a cycle, type-only
@@ -17,7 +18,9 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "agenthost_protocol"
 IO_LAYERS = ("aio", "agent", "agents")
-IO_MODULES = ("cli.py", "__main__.py", "sqlite_store.py")
+IO_MODULES = ("cli.py", "__main__.py", "sqlite_store.py",
+              # check-host's live runs: threads, sockets, processes (the checks are pure)
+              "hostcheck/driver.py", "hostcheck/machine.py", "hostcheck/command.py")
 FORBIDDEN = ("asyncio", "sqlite3", "websockets", "acp", "orjson_never_required")
 
 

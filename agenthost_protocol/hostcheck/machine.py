@@ -37,7 +37,7 @@ from .properties import Violation
 from .transcript import Transcript
 from .verdict import PROPERTIES, check
 
-__all__ = ["Outcome", "check_host", "replay"]
+__all__ = ["Outcome", "check_host", "replay", "shrink"]
 
 UNSPOKEN = "99.0.0"
 """A version no host speaks: a client offering only it must be refused with -32005."""

@@ -26,6 +26,7 @@ Three properties follow:
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -67,18 +68,25 @@ class _Track:
     """One channel as one client follows it: (serverSeq, state) from its snapshot on."""
 
     kind: ChannelKind
-    history: list[tuple[int, Any]]
+    seqs: list[int]
+    states: list[Any]
+
+    @classmethod
+    def of(cls, kind: ChannelKind, seq: int, state: object) -> _Track:
+        return cls(kind=kind, seqs=[seq], states=[state])
+
+    @property
+    def last(self) -> int:
+        return self.seqs[-1]
+
+    def add(self, seq: int, state: object) -> None:
+        self.seqs.append(seq)
+        self.states.append(state)
 
     def at(self, seq: int) -> Any | None:
         """The state after everything up to ``seq`` (``None``: followed from later)."""
-        if self.history[0][0] > seq:
-            return None
-        found = self.history[0][1]
-        for at, state in self.history:
-            if at > seq:
-                break
-            found = state
-        return found
+        found = bisect_right(self.seqs, seq)
+        return self.states[found - 1] if found else None
 
 
 @define
@@ -148,7 +156,7 @@ class _Run:
                     and channel in other.tracks:
                 self.waiting.setdefault(other.client_id, []).append(
                     _Pending(channel=channel, seq=seq, state=seen, seen_at=index))
-        client.tracks[channel] = _Track(kind=kind, history=[(seq, state)])
+        client.tracks[channel] = _Track.of(kind, seq, state)
 
     def _compare(self, client: _Client, track: _Track, channel: str, *, seq: int,
                  seen: object, index: int) -> None:
@@ -166,7 +174,7 @@ class _Run:
             return
         channel, seq = envelope.get("channel"), envelope.get("serverSeq")
         track = client.tracks.get(channel) if type(channel) is str else None
-        if track is None or type(seq) is not int or seq <= track.history[-1][0]:
+        if track is None or type(seq) is not int or seq <= track.last:
             return
         try:
             action = wire.structure(envelope.get("action"), t.StateAction, path=("action",))
@@ -174,7 +182,7 @@ class _Run:
             self._violation(index, f"an action that does not decode: {e}")
             return
         reducer: Callable[..., Any] = REDUCERS[track.kind]
-        track.history.append((seq, reducer(track.history[-1][1], action, now=_clock)))
+        track.add(seq, reducer(track.states[-1], action, now=_clock))
 
     def caught_up(self, client: _Client, sent_at: int, index: int) -> None:
         """``client`` has everything the host sent before ``sent_at``."""

@@ -246,18 +246,22 @@ def _fails(target: Target, program: list[Step], props: set[str], timeout: float
 
 def shrink(target: Target, program: list[Step], props: set[str], *, timeout: float = 5.0,
            budget: float = 60.0) -> Found | None:
-    """The smallest program found that still breaks every property in ``props``: runs
-    of steps are left out, halves first, then ever shorter runs, while the host still
-    fails so (``None``: the program did not fail so again).  Keeping every property the
-    example broke keeps what it showed: a fault that breaks two properties is not shrunk
-    into an example of one of them.
+    """The smallest program found that still breaks the properties of ``props`` it
+    breaks when run again: runs of steps are left out, halves first, then ever shorter
+    runs, while the host still fails so (``None``: the program broke none of them
+    again).  Keeping every such property keeps what the example showed: a fault that
+    breaks two properties is not shrunk into an example of one of them.
 
     Hypothesis's own shrinker is not used: a stateful example keeps its length while it
     shrinks (a step can only become a simpler step), and every try is a live run.  After
     ``budget`` seconds the smallest found so far is the answer."""
-    best = _fails(target, program, props, timeout)
-    if best is None:
+    transcript = run_program(target, program, timeout=timeout)
+    found = check(transcript)
+    # what a live host does again: a property broken by timing alone is let go
+    props = {p for p in props if found.get(p)}
+    if not props:
         return None
+    best: Found = (program, transcript, found)
     steps = best[0]
     chunk = max(1, len(steps) // 2)
     ends = time.monotonic() + budget
@@ -267,9 +271,9 @@ def shrink(target: Target, program: list[Step], props: set[str], *, timeout: flo
             if time.monotonic() > ends:
                 return best
             candidate = steps[:start] + steps[start + chunk:]
-            found = _fails(target, candidate, props, timeout) if candidate else None
-            if found is not None:
-                best, steps = found, candidate
+            smaller = _fails(target, candidate, props, timeout) if candidate else None
+            if smaller is not None:
+                best, steps = smaller, candidate
             else:
                 start += chunk
         if chunk == 1:

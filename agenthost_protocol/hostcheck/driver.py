@@ -417,6 +417,14 @@ class Driver:
         channels = self.channels[1:] if stateful and len(self.channels) > 1 else self.channels
         return channels[number % len(channels)]
 
+    def _target(self, client: _Client, number: object) -> str:
+        """Where a ``dispatch`` goes: mostly a session or chat the client follows (an
+        action there reaches the other clients that follow it too), else any channel."""
+        followed = [c for c in client.subscriptions if c != ROOT]
+        if type(number) is int and number >= 0 and followed:
+            return followed[number % len(followed)]
+        return self._channel(number, stateful=True)
+
     def _notice(self, client: _Client, answer: Mapping[str, object] | None) -> None:
         """What an answer tells the program: the agents, the channels it follows."""
         result = answer.get("result") if answer is not None else None
@@ -584,7 +592,7 @@ class Driver:
         if type(name) is not str or name not in ACTIONS or client.version is None \
                 or not is_action_known_to_version(name, client.version):
             return  # a client only sends what its version knows
-        channel = self._channel(step.get("channel"), stateful=True)
+        channel = self._target(client, step.get("channel"))
         text = step.get("text")
         self._count += 1
         if name == "chat/turnStarted":

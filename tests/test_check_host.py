@@ -31,7 +31,7 @@ from .hostcheck_faults import FAULTS, Fault, FaultyHost, NullResultOmitted
 LONG = os.environ.get("HYPOTHESIS_PROFILE") == "long"
 EXAMPLES = 500 if LONG else 50
 """Examples against our serve: the CI profile, and the long one."""
-FAULT_EXAMPLES = 300
+FAULT_EXAMPLES = 500
 """At most this many to find a fault (the run stops at the first failure)."""
 SHRINK_SECONDS = 60.0 if LONG else 4.0
 

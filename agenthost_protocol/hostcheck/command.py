@@ -51,8 +51,8 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     host.add_argument("--stdio", metavar="CMD", help="instead of a URL: start CMD, a host "
                       "that speaks JSON Lines on stdin/stdout (one connection per process)")
     host.add_argument("--token", help="access token, sent as Authorization: Bearer")
-    host.add_argument("--examples", type=_positive, default=25,
-                      help="examples to generate (default 25)")
+    host.add_argument("--examples", type=_positive, default=100,
+                      help="examples to generate (default 100)")
     host.add_argument("--steps", type=_positive, default=30,
                       help="steps per example (default 30)")
     host.add_argument("--seed", type=int, default=None, help="hypothesis seed (repeatable runs)")

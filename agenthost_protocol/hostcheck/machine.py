@@ -194,7 +194,7 @@ def _machine(target: Target, runs: _Runs, timeout: float) -> type[RuleBasedState
     return HostMachine
 
 
-def check_host(target: Target, *, examples: int = 25, steps: int = 30, seed: int | None = None,
+def check_host(target: Target, *, examples: int = 100, steps: int = 30, seed: int | None = None,
                timeout: float = 5.0, shrink_budget: float = 60.0) -> Outcome:
     """Run the state machine against ``target``; the smallest failing example, if any."""
     runs = _Runs()

@@ -218,3 +218,25 @@ def test_a_host_that_sends_too_much_fails_the_run_and_nothing_else(tmp_path: Pat
             thread.join(10)
     assert "one-response-per-request" in outcome.failed
     assert all(len(json.dumps(r.message)) < 1000 for r in outcome.transcript)
+
+
+def test_our_serve_passes_on_the_snapshot_path(tmp_path: Path) -> None:
+    # a replay window of three envelopes: a client that missed more is sent snapshots
+    with _serve(tmp_path, "--replay-window", "3") as url:
+        target = WebSocketTarget(url=url)
+        outcome = replay(target, [
+            {"op": "connect", "versions": ["0.7.0"]}, {"op": "createSession", "client": 0},
+            {"op": "subscribe", "client": 0, "channel": 1},
+            {"op": "connect", "versions": ["0.6.0"]},
+            {"op": "subscribe", "client": 1, "channel": 1}, {"op": "drop", "client": 1},
+            *({"op": "dispatch", "client": 0, "channel": 0, "action": "session/titleChanged",
+               "text": str(n)} for n in range(6)),
+            {"op": "reconnect", "client": 0},
+        ])
+        assert outcome.failed == []
+        results = [r.message.get("result") for r in outcome.transcript
+                   if isinstance(r.message, dict) and isinstance(r.message.get("result"), dict)]
+        assert any(result.get("type") == "snapshot" for result in results)
+        # and generated runs on that path keep every property too
+        generated = check_host(target, examples=10 if not LONG else 100, seed=0)
+    assert generated.failed == [], generated.violations

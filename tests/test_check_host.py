@@ -161,6 +161,10 @@ def test_check_host_usage(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["check-host"]) == 2
     assert main(["check-host", "ws://127.0.0.1:1", "--stdio", "x"]) == 2
     assert "one of them" in capsys.readouterr().err
+    for wrong in (["--timeout", "0"], ["--timeout", "nan"], ["--examples", "0"]):
+        with pytest.raises(SystemExit) as exited:
+            main(["check-host", "ws://127.0.0.1:1", *wrong])
+        assert exited.value.code == 2
 
 
 def test_a_host_that_cannot_be_reached_is_an_error(capsys: pytest.CaptureFixture[str]) -> None:

@@ -38,6 +38,13 @@ def _positive(text: str) -> int:
     return value
 
 
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError("must be a positive number of seconds")
+    return value
+
+
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``check-host`` and ``check-traffic`` to the ``agenthost-protocol`` parser."""
     host = sub.add_parser(
@@ -56,9 +63,9 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     host.add_argument("--steps", type=_positive, default=30,
                       help="steps per example (default 30)")
     host.add_argument("--seed", type=int, default=None, help="hypothesis seed (repeatable runs)")
-    host.add_argument("--timeout", type=float, default=5.0,
+    host.add_argument("--timeout", type=_seconds, default=5.0,
                       help="seconds to wait for an answer (default 5)")
-    host.add_argument("--shrink-time", type=float, default=60.0,
+    host.add_argument("--shrink-time", type=_seconds, default=60.0,
                       help="seconds to spend shrinking a failing example (default 60)")
     host.add_argument("--report", metavar="FILE", help="also write the results and the "
                       "failing transcript to FILE (JSON Lines)")
@@ -147,7 +154,7 @@ def check_host_command(args: argparse.Namespace, out: IO[str], err: IO[str]) -> 
               file=err)
         return 2
     try:
-        from .driver import StdioTarget, Target, WebSocketTarget  # noqa: PLC0415
+        from .driver import StdioTarget, Target, TrafficLimit, WebSocketTarget  # noqa: PLC0415
         from .machine import Outcome, check_host, replay  # noqa: PLC0415
         if args.url is not None:
             import websockets  # noqa: F401, PLC0415 (say now that the extra is missing)
@@ -169,7 +176,7 @@ def check_host_command(args: argparse.Namespace, out: IO[str], err: IO[str]) -> 
             return 2
         try:
             outcome = replay(target, program, timeout=args.timeout)
-        except (ConnectionError, OSError) as e:
+        except (ConnectionError, OSError, TrafficLimit) as e:
             print(f"agenthost-protocol check-host: {e}", file=err)
             return 2
     else:

@@ -210,11 +210,13 @@ def check_traffic_command(args: argparse.Namespace, out: IO[str], err: IO[str]) 
     from .transcript import Transcript  # noqa: PLC0415
     from .verdict import check  # noqa: PLC0415
 
-    lines = _read_lines(args.file, err)
-    if lines is None:
-        return 2
     try:
-        transcript = Transcript.from_lines(lines)
+        # read a line at a time: a capture can be large, and only its records are kept
+        with open(args.file, encoding="utf-8") as f:
+            transcript = Transcript.from_lines(f)
+    except (OSError, UnicodeDecodeError) as e:
+        print(f"agenthost-protocol: cannot read {args.file}: {e}", file=err)
+        return 2
     except TranscriptError as e:
         print(f"agenthost-protocol check-traffic: {args.file}: {e}", file=err)
         return 2

@@ -151,8 +151,6 @@ class Target(Protocol):
     reconnect to it)."""
 
     def open(self, conn: int, recorder: Recorder) -> Link: ...
-    def start(self) -> None: ...
-    def stop(self) -> None: ...
 
 
 class _Socket(Protocol):
@@ -183,12 +181,6 @@ class WebSocketTarget:
     token: str | None = field(default=None, repr=False)
     timeout: float = 5.0
     many: bool = True
-
-    def start(self) -> None:
-        pass
-
-    def stop(self) -> None:
-        pass
 
     def open(self, conn: int, recorder: Recorder) -> Link:
         from websockets.sync.client import connect  # noqa: PLC0415 (the ws extra)
@@ -253,12 +245,6 @@ class StdioTarget:
 
     command: str
     many: bool = False
-
-    def start(self) -> None:
-        pass
-
-    def stop(self) -> None:
-        pass
 
     def open(self, conn: int, recorder: Recorder) -> Link:
         process = subprocess.Popen(  # the command the user asked to check

@@ -209,7 +209,6 @@ def check_host(target: Target, *, examples: int = 100, steps: int = 30, seed: in
         test = hypothesis_seed(seed)(test)
     started = time.monotonic()
     error = None
-    target.start()
     try:
         test()
     except _Violated:
@@ -218,15 +217,17 @@ def check_host(target: Target, *, examples: int = 100, steps: int = 30, seed: in
         pass  # the host did not fail the same way twice: the last failure is kept
     except (ConnectionError, OSError, TrafficLimit) as e:
         error = str(e)
-    finally:
-        target.stop()
     if runs.failing is None:
         seconds = time.monotonic() - started
         return Outcome(violations={p.name: () for p in PROPERTIES}, examples=runs.examples,
                        seconds=seconds, error=error)
     program, transcript, found = runs.failing
     broken = {name for name, violations in found.items() if violations}
-    smaller = shrink(target, program, broken, timeout=timeout, budget=shrink_budget)
+    try:
+        smaller = shrink(target, program, broken, timeout=timeout, budget=shrink_budget)
+    except (ConnectionError, OSError, TrafficLimit) as e:
+        # the host went away or flooded while shrinking: the example found stands
+        smaller, error = None, error or str(e)
     if smaller is not None:
         program, transcript, found = smaller
     return Outcome(violations=found, examples=runs.examples,
@@ -292,15 +293,7 @@ def shrink(target: Target, program: list[Step], props: set[str], *, timeout: flo
 def replay(target: Target, program: Sequence[Step], *, timeout: float = 5.0) -> Outcome:
     """Run one program again (``check-host --replay``) and check it."""
     started = time.monotonic()
-    driver = Driver(target, timeout=timeout)
-    target.start()
-    try:
-        for step in program:
-            driver.run(step)
-        transcript = driver.finish()
-    finally:
-        driver.close()
-        target.stop()
+    transcript = run_program(target, program, timeout=timeout)
     return Outcome(violations=check(transcript), examples=1,
                    seconds=time.monotonic() - started, steps=list(program),
                    transcript=transcript)

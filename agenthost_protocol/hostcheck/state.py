@@ -40,7 +40,7 @@ from ..reducers import REDUCERS
 from ..types.error_codes import AhpErrorCode
 from ..versions import is_action_known_to_version
 from .properties import _SPEC, Property, Violation, _field, _id_key
-from .transcript import Direction, Transcript
+from .transcript import Direction, Record, Transcript
 
 __all__ = ["RUN_PROPERTIES"]
 
@@ -113,7 +113,6 @@ class _Run:
     def __init__(self) -> None:
         self.clients: dict[str, _Client] = {}
         self.by_conn: dict[int, _Client] = {}
-        self.asked: dict[tuple[int, tuple[str, object]], tuple[int, Mapping[str, object]]] = {}
         self.waiting: dict[str, list[_Pending]] = {}
         self.violations: list[Violation] = []
 
@@ -228,14 +227,30 @@ def _answered(run: _Run, client: _Client | None, request: Mapping[str, object],
                     client.tracks.pop(gone, None)
 
 
-def _state_agrees(transcript: Transcript) -> Iterator[Violation]:
-    run = _Run()
+def _walk_run(transcript: Transcript) -> Iterator[
+        tuple[int, Record, Mapping[str, object], tuple[int, Mapping[str, object]] | None]]:
+    """Each message that is a JSON object, with, for a host's answer, the request it
+    answers on its connection and where that was sent (``None`` for anything else):
+    :func:`~agenthost_protocol.hostcheck.properties._walk` across connections."""
+    asked: dict[tuple[int, tuple[str, object]], tuple[int, Mapping[str, object]]] = {}
     for index, record in enumerate(transcript):
         message = record.message
         if not isinstance(message, Mapping):
             continue
-        conn = record.conn
         key = _id_key(message.get("id"))
+        answered = None
+        if record.sender is Direction.CLIENT:
+            if key is not None and type(message.get("method")) is str:
+                asked[(record.conn, key)] = (index, message)
+        elif key is not None and "method" not in message:
+            answered = asked.pop((record.conn, key), None)
+        yield index, record, message, answered
+
+
+def _state_agrees(transcript: Transcript) -> Iterator[Violation]:
+    run = _Run()
+    for index, record, message, answered in _walk_run(transcript):
+        conn = record.conn
         if record.sender is Direction.CLIENT:
             method = message.get("method")
             if method in ("initialize", "reconnect"):
@@ -245,20 +260,15 @@ def _state_agrees(transcript: Transcript) -> Iterator[Violation]:
                 channel = _field(message, "channel")
                 if client is not None and type(channel) is str:
                     client.tracks.pop(channel, None)
-            if key is not None and type(method) is str:
-                run.asked[(conn, key)] = (index, message)
             continue
         client = run.by_conn.get(conn)
         if message.get("method") == "action":
             if client is not None:
                 run.envelope(client, message.get("params"), index)
             continue
-        if key is None or "method" in message:
+        if answered is None:
             continue
-        asked = run.asked.pop((conn, key), None)
-        if asked is None:
-            continue
-        sent_at, request = asked
+        sent_at, request = answered
         _answered(run, client, request, message, index)
         if client is not None and client.conn == conn:
             run.caught_up(client, sent_at, index)
@@ -276,26 +286,18 @@ def _replay_complete(transcript: Transcript) -> Iterator[Violation]:
     client_of: dict[int, str] = {}
     versions: dict[str, str] = {}
     seen: list[tuple[int, int, str, Mapping[str, object]]] = []  # index, conn, channel, env
-    asked: dict[tuple[int, tuple[str, object]], tuple[int, Mapping[str, object]]] = {}
-    for index, record in enumerate(transcript):
-        message = record.message
-        if not isinstance(message, Mapping):
-            continue
-        key = _id_key(message.get("id"))
+    for index, record, message, request in _walk_run(transcript):
         if record.sender is Direction.CLIENT:
             if message.get("method") in ("initialize", "reconnect"):
                 client_id = _field(message, "clientId")
                 if type(client_id) is str:
                     client_of[record.conn] = client_id
-            if key is not None:
-                asked[(record.conn, key)] = (index, message)
             continue
         params = message.get("params")
         if message.get("method") == "action" and isinstance(params, Mapping):
             if "rejectionReason" not in params and type(params.get("channel")) is str:
                 seen.append((index, record.conn, params["channel"], params))
             continue
-        request = asked.pop((record.conn, key), None) if key is not None else None
         result = message.get("result")
         if request is None or not isinstance(result, Mapping):
             continue
@@ -365,23 +367,10 @@ def _rejection_unapplied(transcript: Transcript) -> Iterator[Violation]:
 def _session_exists(transcript: Transcript) -> Iterator[Violation]:
     name = "session-exists"
     created: set[object] = set()
-    asked: dict[tuple[int, tuple[str, object]], Mapping[str, object]] = {}
-    for index, record in enumerate(transcript):
-        message = record.message
-        if not isinstance(message, Mapping):
+    for index, _, message, answered in _walk_run(transcript):
+        if answered is None or answered[1].get("method") != "createSession":
             continue
-        key = _id_key(message.get("id"))
-        if key is None:
-            continue
-        if record.sender is Direction.CLIENT:
-            if message.get("method") == "createSession":
-                asked[(record.conn, key)] = message
-            continue
-        if "method" in message:
-            continue
-        request = asked.pop((record.conn, key), None)
-        if request is None:
-            continue
+        request = answered[1]
         channel = _field(request, "channel")
         error = message.get("error")
         if channel in created:

@@ -17,6 +17,7 @@ from datetime import datetime, timezone
 
 from agenthost_protocol import types as t
 from agenthost_protocol.agent import build_agent_server
+from agenthost_protocol.agent.hosting import ServeOptions
 from agenthost_protocol.aio.access import AccessPolicy, new_token, url_with_token
 from agenthost_protocol.aio.client import (
     ActionReceived,
@@ -29,7 +30,6 @@ from agenthost_protocol.aio.client import (
     WebSocketTransport,
     connect,
 )
-from agenthost_protocol.aio.serve import ServeOptions
 from agenthost_protocol.aio.websocket import serve_websocket
 from examples.reverse import Reverse
 

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from agenthost_protocol import types as t
 from agenthost_protocol.agent import AgentDriver
-from agenthost_protocol.agents.demo import DemoAgent, demo_root_state
+from agenthost_protocol.agent.demo import DemoAgent, demo_root_state
 from agenthost_protocol.aio import HostServer, ServerLimits
 from agenthost_protocol.aio.access import AccessPolicy
 from agenthost_protocol.aio.client import (

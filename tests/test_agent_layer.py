@@ -28,9 +28,9 @@ from agenthost_protocol.agent import (
     build_agent_server,
     load_agent,
 )
+from agenthost_protocol.agent.hosting import ServeOptions
 from agenthost_protocol.aio import AsyncClient, MemoryOpener, ServerLimits, connected_client
 from agenthost_protocol.aio.client import RequestError
-from agenthost_protocol.aio.serve import ServeOptions
 from agenthost_protocol.types.error_codes import AhpErrorCode
 from examples.reverse import Reverse
 

@@ -22,7 +22,7 @@ pytest.importorskip("websockets")
 
 from agenthost_protocol import methods, wire
 from agenthost_protocol import types as t
-from agenthost_protocol.agents.demo import APPROVED_TEXT
+from agenthost_protocol.agent.demo import APPROVED_TEXT
 from agenthost_protocol.aio.client import (
     ActionDropped,
     ActionRejected,

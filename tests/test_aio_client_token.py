@@ -27,9 +27,8 @@ from websockets.asyncio.server import ServerConnection, serve
 from websockets.http11 import Request, Response
 
 from agenthost_protocol import types as t
-from agenthost_protocol.agents.demo import demo_root_state
+from agenthost_protocol.agent.demo import demo_root_state
 from agenthost_protocol.aio import HostServer
-from agenthost_protocol.aio.chat import EXIT_CONNECT, EXIT_USAGE, run_chat
 from agenthost_protocol.aio.client import (
     TOKEN_ENV,
     ConnectError,
@@ -44,6 +43,7 @@ from agenthost_protocol.aio.client import (
     url_token,
 )
 from agenthost_protocol.aio.websocket import WebSocketServer, WebSocketStream
+from agenthost_protocol.cli.chat import EXIT_CONNECT, EXIT_USAGE, run_chat
 from agenthost_protocol.host import Host
 
 from ._aio_hosts import ROOT, TIMEOUT, clock, next_of, run

@@ -16,7 +16,8 @@ import pytest
 
 from agenthost_protocol import types as t
 from agenthost_protocol.agent import build_agent_server
-from agenthost_protocol.agents import DemoAgent
+from agenthost_protocol.agent.demo import DemoAgent
+from agenthost_protocol.agent.hosting import ServeOptions
 from agenthost_protocol.aio import (
     CloseReason,
     HostServer,
@@ -24,7 +25,6 @@ from agenthost_protocol.aio import (
     ServerLimits,
     serve_streams,
 )
-from agenthost_protocol.aio.serve import ServeOptions
 from agenthost_protocol.errors import LocalProtocolError
 from agenthost_protocol.host import Event, Host, RequestReceived
 

@@ -24,8 +24,8 @@ from websockets.exceptions import ConnectionClosed
 from agenthost_protocol import types as t
 from agenthost_protocol import wire
 from agenthost_protocol.agent import AgentService
+from agenthost_protocol.agent.hosting import ServeOptions, build_demo_server
 from agenthost_protocol.aio import HostServer, ServerLimits, serve_websocket
-from agenthost_protocol.aio.serve import ServeOptions, build_demo_server
 from agenthost_protocol.aio.websocket import WebSocketServer
 from agenthost_protocol.client import Reconnected, RequestFailed, ResponseReceived
 from agenthost_protocol.host import Host

@@ -21,8 +21,8 @@ import pytest
 pytest.importorskip("websockets")
 
 from agenthost_protocol import types as t
-from agenthost_protocol.agents.demo import APPROVED_TEXT, DENIED_TEXT
-from agenthost_protocol.aio.chat import (
+from agenthost_protocol.agent.demo import APPROVED_TEXT, DENIED_TEXT
+from agenthost_protocol.cli.chat import (
     EXIT_CONNECT,
     EXIT_FAILED,
     EXIT_OK,
@@ -240,7 +240,7 @@ def test_the_cli_offers_the_chat_command(capsys: pytest.CaptureFixture[str]) -> 
     with pytest.raises(SystemExit) as done:
         cli.main(["chat", "--help"])
     if done.value.code != 0:
-        pytest.skip("agenthost_protocol/cli.py does not wire the chat command (yet)")
+        pytest.skip("agenthost_protocol/cli/__init__.py does not wire the chat command (yet)")
     usage = capsys.readouterr().out
     for option in ("URL", "MESSAGE", "--yes", "--stdio", "--timeout", "--provider",
                    "--no-reasoning", "--log-level"):

@@ -1,6 +1,6 @@
 """A safe terminal: ``agenthost-protocol chat`` never writes a control character a host sent.
 
-Unit and property tests of :func:`~agenthost_protocol.aio.terminal.safe_text`,
+Unit and property tests of :func:`~agenthost_protocol.cli.terminal.safe_text`,
 then a hostile host (the demo host, its turns played by a script full of
 escape sequences) against :func:`run_chat` in-process and against the
 command in a subprocess, whose stdout and stderr bytes are checked.  Every
@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 pytest.importorskip("websockets")
 
 from agenthost_protocol import types as t
-from agenthost_protocol.aio.chat import EXIT_FAILED, _SafeFormatter, run_chat
-from agenthost_protocol.aio.terminal import safe_text
+from agenthost_protocol.cli.chat import EXIT_FAILED, _SafeFormatter, run_chat
+from agenthost_protocol.cli.terminal import safe_text
 from agenthost_protocol.host import ClientActionApplied
 from agenthost_protocol.host import Event as HostEvent
 
@@ -225,6 +225,6 @@ def test_the_chat_command_writes_no_control_a_hostile_host_sent() -> None:
         assert b"Allow? [y/N] " in err
         assert b"[tool Evil\\x1b]0;pwned\\x07: cancelled (denied)]" in err
         assert b"the turn failed: it broke\\x1b]0;pwned\\x07" in err
-        assert b"INFO agenthost_protocol.aio.chat: connected to ws://" in err
+        assert b"INFO agenthost_protocol.cli.chat: connected to ws://" in err
 
     run(body())

@@ -21,13 +21,13 @@ import pytest
 from agenthost_protocol import methods, wire
 from agenthost_protocol import types as t
 from agenthost_protocol.agent import Turn, build_agent_server
-from agenthost_protocol.agents import DEMO_MODEL, DEMO_PROVIDER, DemoAgent
-from agenthost_protocol.agents import demo as demo_module
+from agenthost_protocol.agent import demo as demo_module
+from agenthost_protocol.agent.demo import DEMO_MODEL, DEMO_PROVIDER, DemoAgent
+from agenthost_protocol.agent.hosting import ServeOptions
 from agenthost_protocol.aio import AsyncClient, connected_client
 from agenthost_protocol.aio.client import RequestError
 from agenthost_protocol.aio.client_errors import ClientTimeout
 from agenthost_protocol.aio.client_events import EventStream
-from agenthost_protocol.aio.serve import ServeOptions
 from agenthost_protocol.client import NotificationReceived
 from agenthost_protocol.host.sessions import chat_summary
 from agenthost_protocol.reducers import reduce

@@ -1,10 +1,15 @@
 """The layering of the package, read from its source.
 
-* No pure module (all but ``aio``, ``agent``, the built-in ``agents``
-  written on it, the SQLite store, ``check-host``'s driver and the command
-  line) imports asyncio,
-  sqlite3, the asyncio layer, the agent layer, the built-in agents, the
-  SQLite store or an optional dependency, not even inside a function.
+* No pure module (all but ``aio``, ``agent``, ``cli``, the SQLite store and
+  ``check-host``'s driver) imports asyncio, sqlite3, the asyncio layer, the
+  agent layer, the commands, the SQLite store or an optional dependency, not
+  even inside a function.
+* The layers above the pure core are ranked: the I/O layer (``aio``, the
+  SQLite store, ``check-host``'s live runs), then the agent layer (``agent``,
+  with the built-in agents and the serving runtime), then the commands
+  (``cli``).  No module imports one of a higher rank, type-only imports and
+  imports inside functions included.
+* No two subpackages have names that differ only by a plural ``s``.
 * The host core's modules import each other without a cycle, type-only
   imports included.
 """
@@ -17,10 +22,12 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "agenthost_protocol"
-IO_LAYERS = ("aio", "agent", "agents")
-IO_MODULES = ("cli.py", "__main__.py", "sqlite_store.py",
+IO_LAYERS = ("aio", "agent", "cli")
+IO_MODULES = ("__main__.py", "sqlite_store.py",
               # check-host's live runs: threads, sockets, processes (the checks are pure)
-              "hostcheck/driver.py", "hostcheck/machine.py", "hostcheck/command.py")
+              "hostcheck/driver.py", "hostcheck/machine.py")
+# rank of each layer above the pure core (0); a module imports none of a higher rank
+RANKS = {"aio": 1, "sqlite_store": 1, "hostcheck": 1, "agent": 2, "cli": 3}
 FORBIDDEN = ("asyncio", "sqlite3", "websockets", "acp", "orjson_never_required")
 
 
@@ -70,6 +77,33 @@ def test_pure_modules_import_no_io(path: Path) -> None:
         or name.startswith(f"{PACKAGE.name}.sqlite_store")
     )
     assert bad == [], f"{path.relative_to(PACKAGE)} imports {bad}"
+
+
+def rank_of(module: str) -> int:
+    parts = module.split(".")
+    if parts[0] != PACKAGE.name or len(parts) < 2:
+        return 0
+    return RANKS.get(parts[1], 0)
+
+
+@pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")),
+                         ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_module_imports_a_higher_layer(path: Path) -> None:
+    mine = rank_of(module_name(path))
+    above = sorted(name for name in imports_of(path) if rank_of(name) > mine)
+    assert above == [], f"{path.relative_to(PACKAGE)} (rank {mine}) imports {above}"
+
+
+def test_the_ranks_name_what_is_there() -> None:
+    # a renamed layer must not leave its rule behind, checking nothing
+    for name in RANKS:
+        assert (PACKAGE / name).is_dir() or (PACKAGE / f"{name}.py").is_file(), name
+
+
+def test_no_two_packages_differ_by_a_plural() -> None:
+    names = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    twins = sorted(name for name in names if f"{name}s" in names)
+    assert twins == []
 
 
 def test_the_host_core_has_no_import_cycle() -> None:

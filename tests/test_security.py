@@ -512,7 +512,7 @@ def test_stalled_subscribers_are_dropped_to_keep_the_server_budget() -> None:
 
 
 def test_limits_are_validated_and_the_cli_defaults_match() -> None:
-    from agenthost_protocol.cli import _ServerLimitDefaults
+    from agenthost_protocol.cli.serve import _ServerLimitDefaults
 
     defaults = ServerLimits()
     for name, value in vars(_ServerLimitDefaults).items():

@@ -239,7 +239,7 @@ def test_the_pure_package_imports_no_transport() -> None:
         "import agenthost_protocol.aio\n"
         "assert 'websockets' not in sys.modules, 'aio imports websockets'\n"
         # the built-in agents are written on the agent layer (asyncio), not on a transport
-        "import agenthost_protocol.agents\n"
+        "import agenthost_protocol.agent.demo\n"
         "assert 'websockets' not in sys.modules, 'the agents import websockets'\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, env=child_env(),

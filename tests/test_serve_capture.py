@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
 import pytest
 
+from agenthost_protocol.agent.hosting import ServeOptions, serve_host
 from agenthost_protocol.aio.capture import DEFAULT_MAX_BYTES, CaptureDir, CaptureStream
-from agenthost_protocol.aio.serve import ServeOptions, serve_host
 from agenthost_protocol.aio.server import (
     CloseReason,
     DirectStream,

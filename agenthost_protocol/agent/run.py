@@ -18,8 +18,8 @@ from .base import Agent
 from .driver import AgentDriver
 
 if TYPE_CHECKING:
-    from ..aio.serve import ServeOptions
     from ..aio.server import HostServer
+    from .hosting import ServeOptions
 
 __all__ = ["AgentService", "build_agent_server", "load_agent", "run"]
 
@@ -98,8 +98,8 @@ def run(
     prints ``serving ws://HOST:PORT/?token=...`` first.  Sessions are kept in the
     SQLite file ``store`` (default: ``serve``'s, in the user's data directory)
     unless ``no_store``.  Returns the exit status."""
-    from ..aio.serve import ServeOptions  # noqa: PLC0415
-    from ..aio.serve import run as serve  # noqa: PLC0415
+    from .hosting import ServeOptions  # noqa: PLC0415
+    from .hosting import run as serve  # noqa: PLC0415
 
     return serve(ServeOptions(host=host, port=port, stdio=stdio, token=token, no_token=no_token,
                               store=store, no_store=no_store, agent_object=agent))

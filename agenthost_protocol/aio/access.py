@@ -101,7 +101,7 @@ def _hosts(values: tuple[str, ...] | list[str]) -> tuple[str, ...]:
 @frozen(kw_only=True)
 class AccessPolicy:
     """What a WebSocket handshake must show.  The default policy asks for no token:
-    :func:`~agenthost_protocol.aio.serve.run` always gives one unless told not to."""
+    :func:`~agenthost_protocol.agent.hosting.run` always gives one unless told not to."""
 
     token: str | None = field(default=None, repr=False)
     """The access token (``None``: none asked for; loopback only, by ``serve``'s rules)."""

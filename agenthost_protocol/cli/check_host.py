@@ -17,11 +17,11 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from .transcript import TranscriptError
+from ..hostcheck.transcript import TranscriptError
 
 if TYPE_CHECKING:
-    from .properties import Violation
-    from .transcript import Transcript
+    from ..hostcheck.properties import Violation
+    from ..hostcheck.transcript import Transcript
 
 # The model (wire, reducers) loads only when a command runs: `--help` needs none of it.
 
@@ -80,7 +80,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 
 def _lines(found: dict[str, tuple[Violation, ...]]) -> Iterator[str]:
-    from .verdict import PROPERTIES  # noqa: PLC0415
+    from ..hostcheck.verdict import PROPERTIES  # noqa: PLC0415
 
     for prop in PROPERTIES:
         violations = found.get(prop.name, ())
@@ -93,14 +93,14 @@ def _lines(found: dict[str, tuple[Violation, ...]]) -> Iterator[str]:
 
 
 def _summary(found: dict[str, tuple[Violation, ...]]) -> tuple[int, int]:
-    from .verdict import PROPERTIES  # noqa: PLC0415
+    from ..hostcheck.verdict import PROPERTIES  # noqa: PLC0415
 
     failed = sum(1 for prop in PROPERTIES if found.get(prop.name))
     return len(PROPERTIES) - failed, failed
 
 
 def _results(found: dict[str, tuple[Violation, ...]], **extra: object) -> str:
-    from .verdict import PROPERTIES  # noqa: PLC0415
+    from ..hostcheck.verdict import PROPERTIES  # noqa: PLC0415
 
     return json.dumps({"report": {**extra, "properties": [
         {"name": p.name, "section": p.section, "passed": not found.get(p.name),
@@ -154,8 +154,8 @@ def check_host_command(args: argparse.Namespace, out: IO[str], err: IO[str]) -> 
               file=err)
         return 2
     try:
-        from .driver import StdioTarget, Target, TrafficLimit, WebSocketTarget  # noqa: PLC0415
-        from .machine import Outcome, check_host, replay  # noqa: PLC0415
+        from ..hostcheck.driver import StdioTarget, Target, TrafficLimit, WebSocketTarget  # noqa: PLC0415
+        from ..hostcheck.machine import Outcome, check_host, replay  # noqa: PLC0415
         if args.url is not None:
             import websockets  # noqa: F401, PLC0415 (say now that the extra is missing)
     except ImportError as e:
@@ -207,8 +207,8 @@ def check_host_command(args: argparse.Namespace, out: IO[str], err: IO[str]) -> 
 
 def check_traffic_command(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
     """``agenthost-protocol check-traffic``."""
-    from .transcript import Transcript  # noqa: PLC0415
-    from .verdict import check  # noqa: PLC0415
+    from ..hostcheck.transcript import Transcript  # noqa: PLC0415
+    from ..hostcheck.verdict import check  # noqa: PLC0415
 
     try:
         # read a line at a time: a capture can be large, and only its records are kept

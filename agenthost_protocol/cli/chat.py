@@ -41,11 +41,7 @@ from collections.abc import Callable, Sequence
 from typing import IO, Final
 
 from .. import types as t
-from ..channels import ROOT_CHANNEL
-from ..errors import ProtocolError
-from ..reducers._clock import iso_timestamp
-from ..versions import SUPPORTED_PROTOCOL_VERSIONS
-from .client import (
+from ..aio.client import (
     ActionDropped,
     ActionRejected,
     AsyncClient,
@@ -66,6 +62,10 @@ from .client import (
     connect_stdio,
     redact_url,
 )
+from ..channels import ROOT_CHANNEL
+from ..errors import ProtocolError
+from ..reducers._clock import iso_timestamp
+from ..versions import SUPPORTED_PROTOCOL_VERSIONS
 from .terminal import safe_text
 
 __all__ = [

@@ -33,15 +33,15 @@ from attrs import field, frozen
 
 from .. import types as t
 from .._version import __version__
-from ..agent.run import AgentService, build_agent_server
-from ..agents.demo import DemoAgent
+from ..aio.access import AccessPolicy, is_loopback, new_token, url_with_token
+from ..aio.server import HostServer, ServerLimits
 from ..host import Host, HostStore, StoreError
-from .access import AccessPolicy, is_loopback, new_token, url_with_token
-from .server import HostServer, ServerLimits
+from .demo import DemoAgent
+from .run import AgentService, build_agent_server
 
 if TYPE_CHECKING:
-    from ..agent.acp_runner import AcpAgentRunner
-    from .capture import CaptureDir
+    from ..aio.capture import CaptureDir
+    from .acp_runner import AcpAgentRunner
 
 __all__ = [
     "AgentKind",
@@ -233,7 +233,7 @@ def build_server(
     env = dict(options.agent_env) if options.agent_env is not None else dict(os.environ)
     if kind is AgentKind.ACP:
         try:
-            from ..agent.acp_runner import (  # noqa: PLC0415
+            from .acp_runner import (  # noqa: PLC0415
                 AcpAgentCommand,
                 build_acp_server,
             )
@@ -247,8 +247,8 @@ def build_server(
         )
         return server, _AcpAgent(runner, options.agent_command)
     # the pi runner has no optional dependency, but only serve --agent pi needs it
-    from ..agent.pi_runner import PiAgentCommand, PiAgentRunner, pi_root_state  # noqa: PLC0415
     from ..bridges.pi import PiDialect  # noqa: PLC0415
+    from .pi_runner import PiAgentCommand, PiAgentRunner, pi_root_state  # noqa: PLC0415
 
     dialect = PiDialect.XCSH if kind is AgentKind.XCSH else PiDialect.PI
     host = Host(
@@ -429,7 +429,7 @@ def _open_capture(options: ServeOptions) -> CaptureDir | None:
     it cannot, rather than leaving every connection uncaptured without a word."""
     if options.capture is None:
         return None
-    from .capture import CaptureDir  # noqa: PLC0415  # --capture only
+    from ..aio.capture import CaptureDir  # noqa: PLC0415  # --capture only
 
     capture = CaptureDir(options.capture, max_bytes=options.capture_max_bytes)
     log.info("capturing every connection's traffic to %s", capture.path)
@@ -463,7 +463,7 @@ async def _serve_websocket(
     ready: Callable[[str], None] | None,
 ) -> None:
     # websockets is optional: stdio mode must work without it
-    from .websocket import serve_websocket  # noqa: PLC0415
+    from ..aio.websocket import serve_websocket  # noqa: PLC0415
 
     token = options.token
     if token is None and not options.no_token:
@@ -505,7 +505,7 @@ async def _serve_stdio(
     stdin: IO[bytes] | None,
     stdout: IO[bytes] | None,
 ) -> None:
-    from .stdio import serve_stdio  # noqa: PLC0415  # stdio mode only
+    from ..aio.stdio import serve_stdio  # noqa: PLC0415  # stdio mode only
 
     connection = asyncio.create_task(serve_stdio(server, stdin, stdout))
     stopping = asyncio.create_task(stop.wait())
@@ -569,7 +569,7 @@ def run(options: ServeOptions, out: IO[str] | None = None, err: IO[str] | None =
     # none without --capture, which never loads the capture module
     capture_errors: tuple[type[Exception], ...] = ()
     if options.capture is not None:
-        from .capture import CaptureError  # noqa: PLC0415
+        from ..aio.capture import CaptureError  # noqa: PLC0415
 
         capture_errors = (CaptureError,)
     try:

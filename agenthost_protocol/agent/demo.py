@@ -23,8 +23,8 @@ import re
 from typing import Final
 
 from .. import types as t
-from ..agent.base import Agent
-from ..agent.turn import Turn
+from .base import Agent
+from .turn import Turn
 
 __all__ = [
     "APPROVED_TEXT",

@@ -38,15 +38,20 @@ settings.register_profile(
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
-# `serve` keeps its sessions in the user's data directory by default: the tests'
-# servers (and the processes they start) get one of their own, gone afterwards
+# `serve` keeps its sessions in the user's data directory and its settings (the
+# access token) in the user's config directory by default: the tests' servers (and
+# the processes they start) get ones of their own, gone afterwards
 _DATA_HOME = tempfile.mkdtemp(prefix="ahp-test-data-")
 os.environ["XDG_DATA_HOME"] = _DATA_HOME
 atexit.register(shutil.rmtree, _DATA_HOME, True)
+_CONFIG_HOME = tempfile.mkdtemp(prefix="ahp-test-config-")
+os.environ["XDG_CONFIG_HOME"] = _CONFIG_HOME
+atexit.register(shutil.rmtree, _CONFIG_HOME, True)
 
 
 @pytest.fixture(autouse=True)
 def _own_data_home(tmp_path_factory: pytest.TempPathFactory,
                    monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each test's servers start with an empty default store of their own."""
+    """Each test's servers start with an empty default store and no settings of their own."""
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path_factory.mktemp("data-home")))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("config-home")))

@@ -1,25 +1,35 @@
 """The ``check-host`` and ``check-traffic`` commands (``docs/conformance.md``).
 
-Both print one line per property (``ok`` or ``FAIL``, its name, the spec
-section, and for a failure where and what), then ``N passed, M failed``.
-``check-host`` then prints the shrunk failing transcript, JSON Lines that
-``check-host --replay FILE`` runs again and ``check-traffic FILE`` checks.
+Both print one line per property (``ok`` or ``FAIL``, its name, the section
+of the AHP specification, and for a failure where and what), then ``N passed,
+M failed``.  ``check-host`` first says that it creates sessions on the host
+(and disposes of them), and after the results prints the shrunk failing
+transcript, JSON Lines that ``check-host --replay FILE`` runs again and
+``check-traffic FILE`` checks.
 
 Exit status: 0 every property held; 1 one failed; 2 the command could not
-run (usage, an unreadable file, a host it cannot reach, a missing extra).
+run (usage, an unreadable file, a host it cannot reach or that refused the
+handshake, a missing extra); 130 interrupted (SIGINT or SIGTERM), after
+disposing of the sessions it created.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
+import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from types import FrameType
 from typing import IO, TYPE_CHECKING
 
 from ..hostcheck.transcript import TranscriptError
 
 if TYPE_CHECKING:
+    from ..hostcheck.driver import Cleanup, Target
+    from ..hostcheck.machine import Outcome
     from ..hostcheck.properties import Violation
     from ..hostcheck.transcript import Transcript
 
@@ -29,6 +39,8 @@ __all__ = ["add_parsers", "check_host_command", "check_traffic_command"]
 
 _SHOWN = 3
 """Violations printed a property (all of them go to --report)."""
+EXIT_INTERRUPTED = 130
+TOKEN_ENV = "AHP_TOKEN"
 
 
 def _positive(text: str) -> int:
@@ -51,13 +63,21 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "check-host", help="property-based conformance test of a live AHP host",
         description="Drive a live AHP host with 1-4 generated clients of the supported "
         "versions (a hypothesis state machine) and check the spec's rules on the traffic. "
-        "One line per property, then 'N passed, M failed'; a failure prints the shrunk "
-        "transcript, which --replay runs again. Needs the testing extra (and ws for a URL).")
+        "It creates sessions on the host (check-host-...) and disposes of them after each "
+        "example, and at the end also when it fails or is interrupted; sessions it did not "
+        "create are never touched. One line per property, then 'N passed, M failed'; a "
+        "failure prints the shrunk transcript, which --replay runs again. Exit status 0 "
+        "passed, 1 failed, 2 could not run (a refused token or Origin/Host included), 130 "
+        "interrupted. Needs the testing extra (and ws for a URL). See docs/conformance.md.")
     host.add_argument("url", nargs="?", help="ws:// or wss:// URL of the host (the one serve "
                       "prints carries its token)")
     host.add_argument("--stdio", metavar="CMD", help="instead of a URL: start CMD, a host "
                       "that speaks JSON Lines on stdin/stdout (one connection per process)")
-    host.add_argument("--token", help="access token, sent as Authorization: Bearer")
+    token = host.add_mutually_exclusive_group()
+    token.add_argument("--token-file", metavar="PATH", help="read the access token from PATH "
+                       "(its first line); it wins over the URL's token= and AHP_TOKEN")
+    token.add_argument("--token", help="the access token (visible to other users in the "
+                       "process list: prefer --token-file or AHP_TOKEN)")
     host.add_argument("--examples", type=_positive, default=100,
                       help="examples to generate (default 100)")
     host.add_argument("--steps", type=_positive, default=30,
@@ -147,24 +167,100 @@ def _program(lines: list[str]) -> list[dict[str, object]]:
     return steps
 
 
+class _Usage(Exception):
+    """A command line that cannot run (exit 2)."""
+
+
+def _flag_token(args: argparse.Namespace) -> str | None:
+    """The token ``--token-file`` or ``--token`` gives (``None``: neither)."""
+    if args.token_file is not None:
+        try:
+            with open(args.token_file, encoding="utf-8") as f:
+                token = f.readline().strip()
+        except (OSError, UnicodeDecodeError) as e:
+            raise _Usage(f"cannot read the token file {args.token_file}: {e}") from None
+        if not token:
+            raise _Usage(f"the token file {args.token_file} is empty")
+        return token
+    token = args.token
+    return token if type(token) is str else None
+
+
+def _token(args: argparse.Namespace) -> str | None:
+    """The access token for the URL: ``--token-file`` or ``--token``; else the URL's
+    own ``token=`` (``None`` here: the URL carries it); else ``AHP_TOKEN``."""
+    from ..hostcheck.driver import header_safe, url_token  # noqa: PLC0415
+
+    flag = _flag_token(args)
+    if flag is not None:
+        if not header_safe(flag):
+            source = args.token_file or "--token"
+            raise _Usage(f"the token of {source} is not a valid access token (visible "
+                         "ASCII characters only)")
+        return flag
+    if url_token(args.url)[1] is not None:
+        return None
+    env = os.environ.get(TOKEN_ENV, "").strip()
+    if not env:
+        return None
+    if not header_safe(env):
+        raise _Usage(f"{TOKEN_ENV} is not a valid access token (visible ASCII characters "
+                     "only)")
+    return env
+
+
+def _where(args: argparse.Namespace) -> str:
+    """The host, as the first line names it (never with its token)."""
+    from ..hostcheck.driver import url_token  # noqa: PLC0415
+
+    if args.url is not None:
+        return url_token(args.url)[0]
+    return f"the host '{args.stdio}' starts"
+
+
+def _undisposed(cleanup: Cleanup, out: IO[str]) -> None:
+    """Say which sessions the run created and could not dispose of."""
+    if not cleanup.pending:
+        return
+    print(f"check-host could not dispose of {len(cleanup.pending)} of the "
+          f"{cleanup.created} session(s) it created (the host went away, or would not):",
+          file=out)
+    for session in cleanup.pending:
+        why = cleanup.refused.get(session)
+        print(f"  {session}" + (f" (refused: {why})" if why else ""), file=out)
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt  # SIGTERM stops a run as Ctrl-C does: the sessions go first
+
+
 def check_host_command(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
     """``agenthost-protocol check-host``."""
     if (args.url is None) == (args.stdio is None):
         print("agenthost-protocol check-host: give a URL or --stdio CMD (one of them)",
               file=err)
         return 2
+    if args.stdio is not None and (args.token is not None or args.token_file is not None):
+        print("agenthost-protocol check-host: --token and --token-file are for a URL (a "
+              "--stdio host is not asked for one)", file=err)
+        return 2
     try:
-        from ..hostcheck.driver import StdioTarget, Target, TrafficLimit, WebSocketTarget  # noqa: PLC0415
-        from ..hostcheck.machine import Outcome, check_host, replay  # noqa: PLC0415
+        from ..hostcheck.driver import Cleanup, StdioTarget, WebSocketTarget  # noqa: PLC0415
         if args.url is not None:
             import websockets  # noqa: F401, PLC0415 (say now that the extra is missing)
+        from ..hostcheck.machine import check_host  # noqa: PLC0415, F401 (hypothesis)
     except ImportError as e:
         print(f"agenthost-protocol check-host: {e.name} is missing: pip install "
               "'agenthost-protocol[testing,ws]'", file=err)
         return 2
-    target: Target = (WebSocketTarget(url=args.url, token=args.token, timeout=args.timeout)
-                      if args.url is not None else StdioTarget(command=args.stdio))
-    outcome: Outcome
+    target: Target
+    try:
+        target = (WebSocketTarget(url=args.url, token=_token(args), timeout=args.timeout)
+                  if args.url is not None else StdioTarget(command=args.stdio))
+    except _Usage as e:
+        print(f"agenthost-protocol check-host: {e}", file=err)
+        return 2
+    program: list[dict[str, object]] | None = None
     if args.replay is not None:
         lines = _read_lines(args.replay, err)
         if lines is None:
@@ -174,17 +270,47 @@ def check_host_command(args: argparse.Namespace, out: IO[str], err: IO[str]) -> 
         except TranscriptError as e:
             print(f"agenthost-protocol check-host: {args.replay}: {e}", file=err)
             return 2
+    print(f"check-host creates sessions on {_where(args)} and disposes of them when it "
+          "ends (only those it created)", file=out, flush=True)
+    cleanup = Cleanup(target, timeout=args.timeout)
+    # SIGTERM as Ctrl-C: a run stopped either way disposes of its sessions first
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _on_sigterm) if main_thread else None
+    try:
+        return _check_host(args, target, program, cleanup, out=out, err=err)
+    except KeyboardInterrupt:
+        if cleanup.pending:
+            print("check-host: interrupted", file=out, flush=True)
+            _undisposed(cleanup, out)
+        else:
+            print(f"check-host: interrupted; the {cleanup.created} session(s) it created "
+                  "are disposed of", file=out, flush=True)
+        return EXIT_INTERRUPTED
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _check_host(args: argparse.Namespace, target: Target, program: list[dict[str, object]]
+                | None, cleanup: Cleanup, *, out: IO[str], err: IO[str]) -> int:
+    from ..hostcheck.driver import TrafficLimit  # noqa: PLC0415
+    from ..hostcheck.machine import check_host, replay  # noqa: PLC0415
+
+    outcome: Outcome
+    if program is not None:
         try:
-            outcome = replay(target, program, timeout=args.timeout)
+            outcome = replay(target, program, timeout=args.timeout, cleanup=cleanup)
         except (ConnectionError, OSError, TrafficLimit) as e:
             print(f"agenthost-protocol check-host: {e}", file=err)
+            _undisposed(cleanup, out)
             return 2
     else:
         outcome = check_host(target, examples=args.examples, steps=args.steps,
                              seed=args.seed, timeout=args.timeout,
-                             shrink_budget=args.shrink_time)
+                             shrink_budget=args.shrink_time, cleanup=cleanup)
         if outcome.error is not None and not outcome.failed:
             print(f"agenthost-protocol check-host: {outcome.error}", file=err)
+            _undisposed(cleanup, out)
             return 2
     for line in _lines(outcome.violations):
         print(line, file=out)
@@ -196,9 +322,12 @@ def check_host_command(args: argparse.Namespace, out: IO[str], err: IO[str]) -> 
               "messages (check-host --replay FILE runs it again):", file=out)
         for line in program_lines(outcome.steps, outcome.transcript):
             print(line, file=out)
+    _undisposed(cleanup, out)
     if args.report is not None:
         head = _results(outcome.violations, examples=outcome.examples,
-                        seconds=round(outcome.seconds, 3), seed=args.seed)
+                        seconds=round(outcome.seconds, 3), seed=args.seed,
+                        sessions_created=outcome.created,
+                        sessions_undisposed=list(outcome.undisposed))
         body = program_lines(outcome.steps, outcome.transcript) if failed else iter(())
         if not _write(args.report, iter([head, *body]), err):
             return 2

@@ -27,6 +27,7 @@ import signal
 import subprocess
 import threading
 import time
+import urllib.parse
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
@@ -35,19 +36,23 @@ from attrs import define, field
 
 from .. import types as t
 from .. import wire
-from ..versions import PROTOCOL_VERSION, is_action_known_to_version
+from ..types.error_codes import AhpErrorCode
+from ..versions import PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS, is_action_known_to_version
 from .transcript import Direction, Record, Transcript
 
 __all__ = [
     "ACTIONS",
     "MALFORMED",
+    "Cleanup",
     "Driver",
+    "HandshakeRefused",
     "Link",
     "Recorder",
     "StdioTarget",
     "Target",
     "TrafficLimit",
     "WebSocketTarget",
+    "url_token",
 ]
 
 Step = Mapping[str, object]
@@ -61,6 +66,25 @@ MAX_RECORDS = 200_000
 
 class TrafficLimit(RuntimeError):
     """The host sent more than a run takes (:data:`MAX_RECORDS`, or too large a message)."""
+
+
+class HandshakeRefused(ConnectionError):
+    """The host refused the WebSocket handshake with an HTTP status: final for a run,
+    since every connection would be refused the same way.
+
+    ``status`` 401 is the access token; 403 the ``Origin`` or ``Host`` header."""
+
+    def __init__(self, status: int, said: str = "") -> None:
+        if status == 401:
+            cause = ("the host refused the access token (HTTP 401): give the right one "
+                     "with --token-file, AHP_TOKEN, --token or the URL's token=")
+        elif status == 403:
+            cause = ("the host refused the connection's Origin or Host header (HTTP 403): "
+                     "the host must accept the name in the URL (serve --allow-host NAME)")
+        else:
+            cause = f"the host refused the WebSocket handshake (HTTP {status})"
+        super().__init__(cause + (f"; it says: {said}" if said else ""))
+        self.status = status
 
 
 class Recorder:
@@ -136,6 +160,39 @@ def _parse(text: str | bytes) -> object:
         return text if isinstance(text, str) else text.decode("utf-8", "replace")
 
 
+TOKEN_PARAMETERS = ("token", "tkn")
+"""The query parameters a host's URL may carry its access token in."""
+
+
+def url_token(url: str) -> tuple[str, str | None]:
+    """``url`` without its access token, and the token (``None``: it has none).
+
+    The token goes to the host in the ``Authorization`` header instead, where
+    no access log records it."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+    except ValueError:
+        return url, None  # not a URL: the connection says so
+    tokens = [value for key, value in query if key in TOKEN_PARAMETERS and value]
+    if not tokens:
+        return url, None
+    rest = [(key, value) for key, value in query if key not in TOKEN_PARAMETERS]
+    return urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(rest))), \
+        tokens[0]
+
+
+def header_safe(token: str) -> bool:
+    """Whether an HTTP header can carry ``token`` (visible ASCII only)."""
+    return bool(token) and all("!" <= char <= "~" for char in token)
+
+
+def _printable(data: bytes | bytearray, limit: int = 200) -> str:
+    """What a refusing host said, bounded and shown safely (it is the host's text)."""
+    text = bytes(data[:limit]).decode("utf-8", "replace")
+    return "".join(c if c.isprintable() else " " for c in text).strip()
+
+
 class Link(Protocol):
     """One open connection to the host."""
 
@@ -175,21 +232,41 @@ class _WebSocketLink:
 
 @define
 class WebSocketTarget:
-    """A host at a ``ws://`` or ``wss://`` URL (``token``: sent as ``Authorization: Bearer``)."""
+    """A host at a ``ws://`` or ``wss://`` URL.
 
-    url: str
+    The access token (``token``, else the URL's ``token=`` or ``tkn=``) is
+    sent as ``Authorization: Bearer``, and left out of the request target;
+    one no header can carry stays in the URL.  A handshake the host refuses
+    raises :class:`HandshakeRefused`."""
+
+    url: str = field(repr=False)  # it may carry the token
     token: str | None = field(default=None, repr=False)
     timeout: float = 5.0
     many: bool = True
 
-    def open(self, conn: int, recorder: Recorder) -> Link:
-        from websockets.sync.client import connect  # noqa: PLC0415 (the ws extra)
+    def _request(self) -> tuple[str, dict[str, str] | None]:
+        """The URL to connect to, and the headers of the handshake."""
+        bare, in_url = url_token(self.url)
+        token = self.token if self.token is not None else in_url
+        if token is None or not header_safe(token):
+            return self.url, None
+        return bare, {"Authorization": f"Bearer {token}"}
 
-        headers = {"Authorization": f"Bearer {self.token}"} if self.token else None
+    def open(self, conn: int, recorder: Recorder) -> Link:
+        from websockets.exceptions import InvalidStatus  # noqa: PLC0415 (the ws extra)
+        from websockets.sync.client import connect  # noqa: PLC0415
+
+        url, headers = self._request()
         stack = contextlib.ExitStack()
-        socket = stack.enter_context(connect(
-            self.url, additional_headers=headers, open_timeout=self.timeout, close_timeout=1,
-            max_size=MAX_MESSAGE_BYTES, compression=None))
+        try:
+            socket = stack.enter_context(connect(
+                url, additional_headers=headers, open_timeout=self.timeout, close_timeout=1,
+                max_size=MAX_MESSAGE_BYTES, compression=None))
+        except InvalidStatus as e:
+            status = e.response.status_code
+            if status in (401, 403):
+                raise HandshakeRefused(status, _printable(e.response.body or b"")) from None
+            raise
 
         def read() -> None:
             with contextlib.suppress(Exception):  # the connection ends: the reader ends
@@ -324,10 +401,12 @@ class Driver:
 
     MAX_CLIENTS = 4
 
-    def __init__(self, target: Target, *, timeout: float = 5.0, label: str | None = None
-                 ) -> None:
+    def __init__(self, target: Target, *, timeout: float = 5.0, label: str | None = None,
+                 cleanup: Cleanup | None = None) -> None:
         self.target = target
         self.timeout = timeout
+        self.cleanup = cleanup
+        """Where the sessions this driver creates are noted, to be disposed of."""
         self.label = label or uuid.uuid4().hex[:8]
         self.recorder = Recorder()
         self.steps: list[Step] = []
@@ -349,6 +428,8 @@ class Driver:
         self._conns += 1
         try:
             link = self.target.open(self._conns, self.recorder)
+        except HandshakeRefused:
+            raise  # the token or the Origin/Host: no connection would do better
         except Exception:  # a host that refuses the connection fails the run
             raise ConnectionError(f"cannot connect to the host (connection {self._conns})"
                                   ) from None
@@ -602,6 +683,10 @@ class Driver:
             return
         self._count += 1
         session = f"ahp-session:/check-host-{self.label}-{self._count}"
+        if self.cleanup is not None:
+            # noted before it is asked for: an answer that never comes, or a run
+            # interrupted while waiting, may still leave the session on the host
+            self.cleanup.add(session)
         answer = self._request(client, "createSession", {
             "channel": session, "provider": self.providers[0]})
         if answer is not None and "result" in answer:
@@ -703,13 +788,101 @@ class Driver:
             client.link = None
 
 
-def run_program(target: Target, steps: Sequence[Step], *, timeout: float = 5.0) -> Transcript:
-    """Run a whole program (a replay) and return its transcript."""
-    driver = Driver(target, timeout=timeout)
+class Cleanup:
+    """The sessions a run created on the host, until they are disposed of.
+
+    Every URI a driver asks ``createSession`` for is noted (:meth:`add`) before
+    it is sent; only those are ever disposed of, so a session of the host's
+    own users is never touched.  :meth:`dispose` does it on a connection of its
+    own, after the example that made the sessions was recorded and its
+    connections closed: the disposal is in no transcript and changes nothing
+    that is checked.  A session the host answers ``SessionNotFound`` (-32001)
+    for is gone already (a ``--stdio`` host of memory only, or a refused
+    ``createSession``); one it cannot be asked about (the host is gone, or does
+    not answer) stays :attr:`pending`, for the next :meth:`dispose` and in the
+    end for the report."""
+
+    def __init__(self, target: Target, *, timeout: float = 5.0) -> None:
+        self.target = target
+        self.timeout = timeout
+        self.created = 0
+        """How many sessions the run asked the host for."""
+        self.pending: list[str] = []
+        """Sessions noted and not disposed of yet, oldest first."""
+        self.refused: dict[str, str] = {}
+        """Why the host refused to dispose of a pending session (its error)."""
+
+    def add(self, session: str) -> None:
+        if session not in self.pending:
+            self.created += 1
+            self.pending.append(session)
+
+    def dispose(self) -> list[str]:
+        """Dispose of every pending session; those still pending (bounded in time:
+        the connection's, then one :attr:`timeout` for all the answers)."""
+        pending = list(self.pending)
+        if not pending:
+            return []
+        recorder = Recorder()
+        try:
+            link = self.target.open(0, recorder)
+        except Exception:  # the host is gone, or refuses: the sessions stay pending
+            return list(self.pending)
+        try:
+            self._ask(link, recorder, 0, "initialize", {
+                "protocolVersions": list(SUPPORTED_PROTOCOL_VERSIONS),
+                "clientId": f"check-host-cleanup-{uuid.uuid4().hex[:8]}",
+                "initialSubscriptions": []})
+            if not recorder.wait(lambda: self._answered(recorder, 0), self.timeout) \
+                    or "result" not in recorder.answered.get((0, "0"), {}):
+                return list(self.pending)
+            for number, session in enumerate(pending, 1):
+                self._ask(link, recorder, number, "disposeSession", {"channel": session})
+            recorder.wait(lambda: all(self._answered(recorder, n)
+                                      for n in range(1, len(pending) + 1)), self.timeout)
+            for number, session in enumerate(pending, 1):
+                answer = recorder.answered.get((0, str(number)))
+                if answer is None:
+                    continue
+                error = answer.get("error")
+                code = error.get("code") if isinstance(error, dict) else None
+                # an answer that is no error is the host's yes, written right or not:
+                # what it writes is checked elsewhere, not here
+                if error is None or code == AhpErrorCode.SESSION_NOT_FOUND:
+                    self.pending.remove(session)
+                    self.refused.pop(session, None)
+                else:
+                    said = error.get("message") if isinstance(error, dict) else None
+                    self.refused[session] = f"{code}: {said}" if type(said) is str \
+                        else str(code)
+        finally:
+            link.close()
+        return list(self.pending)
+
+    @staticmethod
+    def _ask(link: Link, recorder: Recorder, number: int, method: str,
+             params: Mapping[str, object]) -> None:
+        recorder.expect(0, str(number))
+        link.send(json.dumps({"jsonrpc": "2.0", "id": number, "method": method,
+                              "params": params}))
+
+    @staticmethod
+    def _answered(recorder: Recorder, number: int) -> bool:
+        return (0, str(number)) in recorder.answered or 0 in recorder.closed
+
+
+def run_program(target: Target, steps: Sequence[Step], *, timeout: float = 5.0,
+                cleanup: Cleanup | None = None) -> Transcript:
+    """Run a whole program (a replay) and return its transcript.  With ``cleanup``,
+    the sessions it created are disposed of once it is recorded."""
+    driver = Driver(target, timeout=timeout, cleanup=cleanup)
     try:
         for step in steps:
             driver.run(step)
     except BaseException:
         driver.close()
         raise
-    return driver.finish()
+    transcript = driver.finish()
+    if cleanup is not None:
+        cleanup.dispose()
+    return transcript

@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from attrs import define, field
+from attrs import define, evolve, field
 from hypothesis import HealthCheck, Phase, Verbosity, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
@@ -32,7 +32,16 @@ from hypothesis.stateful import (
 )
 
 from ..versions import SUPPORTED_PROTOCOL_VERSIONS
-from .driver import ACTIONS, MALFORMED, Driver, Step, Target, TrafficLimit, run_program
+from .driver import (
+    ACTIONS,
+    MALFORMED,
+    Cleanup,
+    Driver,
+    Step,
+    Target,
+    TrafficLimit,
+    run_program,
+)
 from .properties import Violation
 from .transcript import Transcript
 from .verdict import PROPERTIES, check
@@ -54,6 +63,11 @@ class Outcome:
     transcript: Transcript = field(factory=lambda: Transcript(records=()))
     error: str | None = None
     """Why the run could not be completed (the host refused connections, say)."""
+    created: int = 0
+    """How many sessions the run created on the host (each was disposed of after its
+    example, but for :attr:`undisposed`)."""
+    undisposed: tuple[str, ...] = ()
+    """Sessions the run created and could not dispose of (the host went away)."""
 
     @property
     def failed(self) -> list[str]:
@@ -83,15 +97,23 @@ _ACTION = st.integers(min_value=0, max_value=len(ACTIONS) - 1)
 _TEXT = st.text(st.characters(codec="utf-8", categories=("L", "N", "P", "S", "Zs")), max_size=12)
 
 
-def _machine(target: Target, runs: _Runs, timeout: float) -> type[RuleBasedStateMachine]:
+def _machine(target: Target, runs: _Runs, timeout: float, cleanup: Cleanup
+             ) -> type[RuleBasedStateMachine]:
     class HostMachine(RuleBasedStateMachine):
         def __init__(self) -> None:
             super().__init__()
-            self.driver = Driver(target, timeout=timeout)
+            self.driver = Driver(target, timeout=timeout, cleanup=cleanup)
+            self.aborted = False
             runs.examples += 1
 
         def _run(self, **step: object) -> None:
-            self.driver.run(step)
+            try:
+                self.driver.run(step)
+            except BaseException:
+                # the host failed the run, or the user stopped it: the teardown then
+                # only closes (the run's end disposes of the sessions)
+                self.aborted = True
+                raise
 
         @initialize(versions=st.just([SUPPORTED_PROTOCOL_VERSIONS[0]]) | st.lists(
                         st.sampled_from(SUPPORTED_PROTOCOL_VERSIONS), min_size=1, max_size=2,
@@ -183,7 +205,12 @@ def _machine(target: Target, runs: _Runs, timeout: float) -> type[RuleBasedState
             self._run(op="createChat", client=client, session=session)
 
         def teardown(self) -> None:
+            if self.aborted:
+                self.driver.close()
+                return
             transcript = self.driver.finish()
+            # recorded and closed: the disposal is no part of what is checked
+            cleanup.dispose()
             found = check(transcript)
             broken = [name for name, violations in found.items() if violations]
             if broken:
@@ -195,10 +222,27 @@ def _machine(target: Target, runs: _Runs, timeout: float) -> type[RuleBasedState
 
 
 def check_host(target: Target, *, examples: int = 100, steps: int = 30, seed: int | None = None,
-               timeout: float = 5.0, shrink_budget: float = 60.0) -> Outcome:
-    """Run the state machine against ``target``; the smallest failing example, if any."""
+               timeout: float = 5.0, shrink_budget: float = 60.0,
+               cleanup: Cleanup | None = None) -> Outcome:
+    """Run the state machine against ``target``; the smallest failing example, if any.
+
+    Every session the run creates is disposed of: after each example (and each
+    run while shrinking), and again at the end, also when the run fails or is
+    interrupted (``KeyboardInterrupt`` then propagates, and ``cleanup``, if given,
+    holds what is left).  Sessions it did not create are never touched."""
+    cleanup = cleanup if cleanup is not None else Cleanup(target, timeout=timeout)
+    try:
+        outcome = _check_host(target, examples=examples, steps=steps, seed=seed,
+                              timeout=timeout, shrink_budget=shrink_budget, cleanup=cleanup)
+    finally:
+        cleanup.dispose()
+    return evolve(outcome, created=cleanup.created, undisposed=tuple(cleanup.pending))
+
+
+def _check_host(target: Target, *, examples: int, steps: int, seed: int | None,
+                timeout: float, shrink_budget: float, cleanup: Cleanup) -> Outcome:
     runs = _Runs()
-    machine = _machine(target, runs, timeout)
+    machine = _machine(target, runs, timeout, cleanup)
     test = get_state_machine_test(machine, settings=settings(
         max_examples=examples, stateful_step_count=steps, deadline=None, database=None,
         derandomize=False,
@@ -224,7 +268,8 @@ def check_host(target: Target, *, examples: int = 100, steps: int = 30, seed: in
     program, transcript, found = runs.failing
     broken = {name for name, violations in found.items() if violations}
     try:
-        smaller = shrink(target, program, broken, timeout=timeout, budget=shrink_budget)
+        smaller = shrink(target, program, broken, timeout=timeout, budget=shrink_budget,
+                         cleanup=cleanup)
     except (ConnectionError, OSError, TrafficLimit) as e:
         # the host went away or flooded while shrinking: the example found stands
         smaller, error = None, error or str(e)
@@ -238,15 +283,15 @@ def check_host(target: Target, *, examples: int = 100, steps: int = 30, seed: in
 Found = tuple[list[Step], Transcript, dict[str, tuple[Violation, ...]]]
 
 
-def _fails(target: Target, program: list[Step], props: set[str], timeout: float
-           ) -> Found | None:
-    transcript = run_program(target, program, timeout=timeout)
+def _fails(target: Target, program: list[Step], props: set[str], timeout: float,
+           cleanup: Cleanup | None) -> Found | None:
+    transcript = run_program(target, program, timeout=timeout, cleanup=cleanup)
     found = check(transcript)
     return (program, transcript, found) if all(found.get(p) for p in props) else None
 
 
 def shrink(target: Target, program: list[Step], props: set[str], *, timeout: float = 5.0,
-           budget: float = 60.0) -> Found | None:
+           budget: float = 60.0, cleanup: Cleanup | None = None) -> Found | None:
     """The smallest program found that still breaks the properties of ``props`` it
     breaks when run again: runs of steps are left out, halves first, then ever shorter
     runs, while the host still fails so (``None``: the program broke none of them
@@ -261,7 +306,7 @@ def shrink(target: Target, program: list[Step], props: set[str], *, timeout: flo
     best: Found | None = None
     again: set[str] = set()
     for _ in range(3):
-        transcript = run_program(target, program, timeout=timeout)
+        transcript = run_program(target, program, timeout=timeout, cleanup=cleanup)
         found = check(transcript)
         broken = {p for p in props if found.get(p)}
         if best is None or len(broken) > len(again):
@@ -280,7 +325,8 @@ def shrink(target: Target, program: list[Step], props: set[str], *, timeout: flo
             if time.monotonic() > ends:
                 return best
             candidate = steps[:start] + steps[start + chunk:]
-            smaller = _fails(target, candidate, props, timeout) if candidate else None
+            smaller = _fails(target, candidate, props, timeout, cleanup) if candidate \
+                else None
             if smaller is not None:
                 best, steps = smaller, candidate
             else:
@@ -290,10 +336,17 @@ def shrink(target: Target, program: list[Step], props: set[str], *, timeout: flo
         chunk = max(1, chunk // 2)
 
 
-def replay(target: Target, program: Sequence[Step], *, timeout: float = 5.0) -> Outcome:
-    """Run one program again (``check-host --replay``) and check it."""
+def replay(target: Target, program: Sequence[Step], *, timeout: float = 5.0,
+           cleanup: Cleanup | None = None) -> Outcome:
+    """Run one program again (``check-host --replay``) and check it; the sessions it
+    creates are disposed of as :func:`check_host` does."""
+    cleanup = cleanup if cleanup is not None else Cleanup(target, timeout=timeout)
     started = time.monotonic()
-    transcript = run_program(target, program, timeout=timeout)
+    try:
+        transcript = run_program(target, program, timeout=timeout, cleanup=cleanup)
+    finally:
+        cleanup.dispose()
     return Outcome(violations=check(transcript), examples=1,
                    seconds=time.monotonic() - started, steps=list(program),
-                   transcript=transcript)
+                   transcript=transcript, created=cleanup.created,
+                   undisposed=tuple(cleanup.pending))

@@ -106,8 +106,10 @@ def test_the_command_passes_our_serve(served: str, tmp_path: Path,
                  str(report)])
     out = capsys.readouterr().out.splitlines()
     assert code == 0, out
-    assert len(out) == 13 and out[-1].startswith("12 passed, 0 failed")
-    assert all(line.startswith("ok   ") for line in out[:-1])
+    assert len(out) == 14 and out[-1].startswith("12 passed, 0 failed")
+    assert out[0].startswith("check-host creates sessions on ws://127.0.0.1:")
+    assert "token" not in out[0]
+    assert all(line.startswith("ok   ") for line in out[1:-1])
     head = json.loads(report.read_text().splitlines()[0])["report"]
     assert [p["passed"] for p in head["properties"]] == [True] * 12
 

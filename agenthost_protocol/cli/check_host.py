@@ -105,9 +105,9 @@ def _lines(found: dict[str, tuple[Violation, ...]]) -> Iterator[str]:
     for prop in PROPERTIES:
         violations = found.get(prop.name, ())
         if not violations:
-            yield f"ok   {prop.name} ({prop.section})"
+            yield f"ok   {prop.name} (AHP spec, {prop.section})"
             continue
-        yield f"FAIL {prop.name} ({prop.section}): {len(violations)} violation(s)"
+        yield f"FAIL {prop.name} (AHP spec, {prop.section}): {len(violations)} violation(s)"
         for violation in violations[:_SHOWN]:
             yield f"     message {violation.index}: {violation.message}"
 

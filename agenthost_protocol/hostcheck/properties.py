@@ -33,7 +33,7 @@ from .transcript import Direction, Transcript
 
 __all__ = ["CONNECTION_PROPERTIES", "Property", "Violation"]
 
-_SPEC = "docs/specification/"
+_VALIDATION = "Session Channel: Server Validation of Client Actions"
 
 
 @frozen(kw_only=True)
@@ -57,7 +57,9 @@ class Property:
 
     name: str
     section: str
-    """Where the spec says it (a path under the spec repository, with its anchor)."""
+    """Where the AHP specification says it: the page's title, and the heading of the
+    section in it ("Overview: Requests").  The specification is upstream, not a file
+    of this repository: it is named, not linked."""
     summary: str
     check: Check
     across: bool = False
@@ -463,31 +465,31 @@ def _replay_in_order(transcript: Transcript) -> Iterator[Violation]:
 
 
 CONNECTION_PROPERTIES: tuple[Property, ...] = (
-    Property(name="one-response-per-request", section=_SPEC + "overview.md#requests",
+    Property(name="one-response-per-request", section="Overview: Requests",
              summary="every request is answered once, with its id echoed exactly",
              check=_one_response_per_request),
-    Property(name="well-formed-response", section=_SPEC + "overview.md#responses",
+    Property(name="well-formed-response", section="Overview: Responses",
              summary='a response is "jsonrpc": "2.0" with "result" (null written) or '
                      '"error"', check=_well_formed_response),
-    Property(name="error-codes", section=_SPEC + "versioning.md#negotiation",
+    Property(name="error-codes", section="Versioning: Negotiation",
              summary="an error has an integer code and a message; -32005 carries "
                      "data.supportedVersions", check=_error_codes),
     Property(name="server-seq-increasing",
-             section=_SPEC + "subscriptions.md#action-delivery-action",
+             section="Channels & Subscriptions: Action Delivery",
              summary="every envelope's serverSeq is a positive integer, growing on the "
                      "connection from the handshake's", check=_server_seq_increasing),
-    Property(name="echo-origin", section=_SPEC + "session-channel.md",
+    Property(name="echo-origin", section=_VALIDATION,
              summary="an envelope naming this client's origin echoes an action it "
                      "dispatched, once, on its channel; a rejection carries origin and "
                      "rejectionReason", check=_origins),
-    Property(name="echo-complete", section=_SPEC + "session-channel.md",
+    Property(name="echo-complete", section=_VALIDATION,
              summary="every action the client dispatches to a channel it follows is "
                      "echoed to it, applied or rejected, with its origin",
              check=_echo_complete),
-    Property(name="version-filter", section=_SPEC + "versioning.md#forward-compatibility",
+    Property(name="version-filter", section="Versioning: Forward Compatibility",
              summary="no action or notification reaches a client whose negotiated version "
                      "does not know it", check=_versions_known),
-    Property(name="replay-in-order", section=_SPEC + "lifecycle.md#reconnection",
+    Property(name="replay-in-order", section="Connection Lifecycle: Reconnection",
              summary="a reconnect's replay gives what came after lastSeenServerSeq, in "
                      "order, and the envelopes after it go on from its end",
              check=_replay_in_order),

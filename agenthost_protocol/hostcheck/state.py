@@ -39,7 +39,7 @@ from ..errors import ProtocolError
 from ..reducers import REDUCERS
 from ..types.error_codes import AhpErrorCode
 from ..versions import is_action_known_to_version
-from .properties import _SPEC, Property, Violation, _field, _id_key
+from .properties import _VALIDATION, Property, Violation, _field, _id_key
 from .transcript import Direction, Record, Transcript
 
 __all__ = ["RUN_PROPERTIES"]
@@ -385,16 +385,16 @@ def _session_exists(transcript: Transcript) -> Iterator[Violation]:
 
 # state-agrees comes last: it catches most faults, after the property that names them
 RUN_PROPERTIES: tuple[Property, ...] = (
-    Property(name="replay-complete", section=_SPEC + "lifecycle.md#reconnection",
+    Property(name="replay-complete", section="Connection Lifecycle: Reconnection",
              summary="a reconnect's replay holds every envelope of the client's channels "
                      "after lastSeenServerSeq", check=_replay_complete, across=True),
-    Property(name="rejection-unapplied", section=_SPEC + "session-channel.md",
+    Property(name="rejection-unapplied", section=_VALIDATION,
              summary="an action rejected to its origin reaches no one as applied",
              check=_rejection_unapplied, across=True),
-    Property(name="session-exists", section=_SPEC + "session-channel.md",
+    Property(name="session-exists", section="Session Channel: Creation",
              summary="createSession of a URI in use is refused with SessionAlreadyExists "
                      "(-32003)", check=_session_exists, across=True),
-    Property(name="state-agrees", section=_SPEC + "subscriptions.md",
+    Property(name="state-agrees", section="Channels & Subscriptions: Subscribe",
              summary="every client's confirmed state equals the host's snapshot of the same "
                      "serverSeq, once the client has caught up", check=_state_agrees,
              across=True),

@@ -15,18 +15,21 @@ import signal
 import subprocess
 import sys
 import threading
+import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from agenthost_protocol.cli import main
 from agenthost_protocol.hostcheck import Transcript, check
-from agenthost_protocol.hostcheck.driver import StdioTarget, WebSocketTarget
+from agenthost_protocol.hostcheck.driver import Cleanup, StdioTarget, WebSocketTarget
 from agenthost_protocol.hostcheck.machine import check_host, replay
 
 from ._aio_peer import child_env, serve_command
-from .hostcheck_faults import FAULTS, Fault, FaultyHost, NullResultOmitted
+from .hostcheck_faults import FAULTS, Conn, Fault, FaultyHost, Message, NullResultOmitted
 
 LONG = os.environ.get("HYPOTHESIS_PROFILE") == "long"
 EXAMPLES = 500 if LONG else 50
@@ -37,11 +40,12 @@ SHRINK_SECONDS = 60.0 if LONG else 4.0
 
 
 @contextlib.contextmanager
-def _serve(tmp: Path, *args: str) -> Iterator[str]:
+def _serve(tmp: Path, *args: str, store: Path | None = None) -> Iterator[str]:
     env = child_env()
     env["XDG_DATA_HOME"] = str(tmp)
+    where = ("--store", str(store)) if store is not None else ("--no-store",)
     with open(tmp / "serve.err", "wb") as err:
-        proc = subprocess.Popen(serve_command("--port", "0", "--no-store", *args),
+        proc = subprocess.Popen(serve_command("--port", "0", *where, *args),
                                 stdout=subprocess.PIPE, stderr=err, env=env,
                                 start_new_session=True)
     try:
@@ -246,3 +250,241 @@ def test_our_serve_passes_on_the_snapshot_path(tmp_path: Path) -> None:
         # and generated runs on that path keep every property too
         generated = check_host(target, examples=10 if not LONG else 100, seed=0)
     assert generated.failed == [], generated.violations
+
+
+# -- issue 28: check-host leaves the host as it found it ---------------------------------
+
+
+def _ask(url: str, method: str, params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``initialize`` then one request, on a connection of its own (a user's client):
+    both answers."""
+    from websockets.sync.client import connect
+
+    def answer(socket: Any, number: int) -> dict[str, Any]:
+        while True:
+            message = json.loads(socket.recv(timeout=10))
+            if message.get("id") == number:
+                return message  # type: ignore[no-any-return]
+
+    with connect(url, open_timeout=10, close_timeout=1) as socket:
+        socket.send(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersions": ["0.7.0"], "clientId": f"user-{uuid.uuid4().hex[:8]}",
+            "initialSubscriptions": ["ahp-root://"]}}))
+        first = answer(socket, 1)
+        socket.send(json.dumps({"jsonrpc": "2.0", "id": 2, "method": method,
+                                "params": params}))
+        return first, answer(socket, 2)
+
+
+def _sessions(url: str) -> dict[str, dict[str, Any]]:
+    """The host's sessions, as listSessions gives them, by URI."""
+    listed = _ask(url, "listSessions", {})[1]["result"]
+    assert "nextCursor" not in listed  # a page holds them all here
+    return {item["resource"]: item for item in listed["items"]}
+
+
+def _users_session(url: str) -> str:
+    """A session of the host's own user, made before check-host runs."""
+    session = f"ahp-session:/users-own-{uuid.uuid4().hex[:8]}"
+    init = _ask(url, "ping", {})[0]
+    root = next(s for s in init["result"]["snapshots"] if s["resource"] == "ahp-root://")
+    provider = root["state"]["agents"][0]["provider"]
+    assert "result" in _ask(url, "createSession", {"channel": session,
+                                                   "provider": provider})[1]
+    return session
+
+
+def _check_host_process(*args: str, env: dict[str, str] | None = None
+                        ) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "agenthost_protocol.cli", "check-host", *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env or child_env(),
+        start_new_session=True)
+
+
+def _reap(proc: subprocess.Popen[str], timeout: float = 30) -> tuple[str, str]:
+    try:
+        return proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate(timeout=10)
+
+
+def _wait_for_check_host_sessions(url: str, proc: subprocess.Popen[str]) -> None:
+    """Until check-host has sessions on the host (it is mid-run)."""
+    deadline = time.monotonic() + 30
+    while not any("/check-host-" in uri for uri in _sessions(url)):
+        assert proc.poll() is None, _reap(proc)
+        assert time.monotonic() < deadline, "check-host made no session in 30 s"
+        time.sleep(0.05)
+
+
+def test_check_host_leaves_the_host_as_it_found_it(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]
+                                                   ) -> None:
+    # a host with a store, as a user's is, with a session of its user's own
+    with _serve(tmp_path, store=tmp_path / "host.sqlite3") as url:
+        mine = _users_session(url)
+        before = _sessions(url)
+        assert list(before) == [mine]
+        # a run that passes
+        assert main(["check-host", url, "--examples", "3", "--steps", "8", "--seed", "1"]) == 0
+        out = capsys.readouterr().out.splitlines()
+        assert out[0].startswith("check-host creates sessions on ws://127.0.0.1:")
+        assert "disposes of them" in out[0]
+        assert _sessions(url) == before
+        # a run that fails, shrinking included
+        with FaultyHost(url, NullResultOmitted()) as proxy:
+            assert main(["check-host", proxy.url, "--examples", "5", "--seed", "1",
+                         "--steps", "10", "--shrink-time", "2"]) == 1
+            assert "FAIL well-formed-response" in capsys.readouterr().out
+        assert _sessions(url) == before
+        # a run interrupted mid-way: by Ctrl-C, and by SIGTERM
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            proc = _check_host_process(url, "--examples", "10000", "--seed", "2")
+            _wait_for_check_host_sessions(url, proc)
+            proc.send_signal(sig)
+            stdout, stderr = _reap(proc)
+            assert proc.returncode == 130, (sig, stdout, stderr)
+            assert "interrupted" in stdout and "are disposed of" in stdout, stdout
+            assert _sessions(url) == before, sig
+
+
+class _HostGoes(Fault):
+    """Answers the first createSession, then the host is gone: the proxy closes and
+    refuses every connection from then on."""
+
+    def to_client(self, conn: Conn, message: Message) -> list[Message]:
+        if self.count == 0 and conn.answers(message) == "createSession" \
+                and "result" in message:
+            self.count += 1
+            assert self.proxy is not None
+            self.proxy._server.close()  # the listener and every connection
+        return [message]
+
+
+class _DisposalRefused(Fault):
+    """Refuses every disposeSession (the host behind disposes of it all the same)."""
+
+    def to_client(self, conn: Conn, message: Message) -> list[Message]:
+        if conn.answers(message) == "disposeSession":
+            self.count += 1
+            return [{"jsonrpc": "2.0", "id": message["id"],
+                     "error": {"code": -32603, "message": "not today"}}]
+        return [message]
+
+
+def test_sessions_it_could_not_dispose_of_are_reported(served: str,
+                                                       capsys: pytest.CaptureFixture[str]
+                                                       ) -> None:
+    before = _sessions(served)
+    # the host goes away mid-run: the session it made is listed, and exists still
+    with FaultyHost(served, _HostGoes()) as proxy:
+        code = main(["check-host", proxy.url, "--examples", "3", "--timeout", "1"])
+    out = capsys.readouterr().out.splitlines()
+    assert code == 2
+    assert "could not dispose of 1 of the 1 session(s)" in "\n".join(out), out
+    session = out[-1].strip()
+    assert session.startswith("ahp-session:/check-host-")
+    assert set(_sessions(served)) == {*before, session}
+    _ask(served, "disposeSession", {"channel": session})
+    # a host that refuses to dispose of them: each is listed with its answer
+    with FaultyHost(served, _DisposalRefused()) as proxy:
+        code = main(["check-host", proxy.url, "--examples", "1", "--steps", "3",
+                     "--seed", "0"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "could not dispose of" in out and "(refused: -32603: not today)" in out
+    assert _sessions(served) == before
+    # and one that cannot be reached at all keeps what it was given to dispose of
+    cleanup = Cleanup(WebSocketTarget(url="ws://127.0.0.1:9"), timeout=1)
+    cleanup.add("ahp-session:/check-host-x-1")
+    assert cleanup.dispose() == ["ahp-session:/check-host-x-1"]
+
+
+def test_a_refused_token_ends_the_run_at_once(served: str) -> None:
+    wrong = served.split("?", maxsplit=1)[0] + "?token=not-the-token"
+    started = time.monotonic()
+    proc = _check_host_process(wrong, "--examples", "1000")
+    stdout, stderr = _reap(proc)
+    # "at once": not after the example budget (a generous bound for a loaded machine,
+    # interpreter start included)
+    assert time.monotonic() - started < 15
+    assert proc.returncode == 2
+    assert "the host refused the access token (HTTP 401)" in stderr, stderr
+    assert "not-the-token" not in stdout + stderr
+    assert "12 passed" not in stdout
+
+
+class _Refusing:
+    """A host that refuses every handshake with 403 (its Host check), and notes what
+    each handshake carried."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str | None]] = []
+        self.url = ""
+
+    def __enter__(self) -> _Refusing:
+        from websockets.sync.server import serve
+
+        def refuse(connection: Any, request: Any) -> Any:
+            self.seen.append((request.path, request.headers.get("Authorization")))
+            return connection.respond(403, "Host 'x' is not this server's\n")
+
+        self.server = serve(lambda _: None, "127.0.0.1", 0, process_request=refuse)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        self.url = f"ws://127.0.0.1:{self.server.socket.getsockname()[1]}"
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.server.shutdown()
+        self.thread.join(10)
+
+
+def test_a_refused_host_header_ends_the_run_and_the_token_goes_in_a_header(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text("from-the-file\nsecond line\n")
+    with _Refusing() as host:
+        started = time.monotonic()
+        assert main(["check-host", f"{host.url}/?token=from-the-url&x=1", "--examples",
+                     "1000"]) == 2
+        assert time.monotonic() - started < 10
+        err = capsys.readouterr().err
+        assert "refused the connection's Origin or Host header (HTTP 403)" in err, err
+        assert "Host 'x' is not this server's" in err
+        # the token went in the Authorization header, not in the request target
+        assert host.seen[0] == ("/?x=1", "Bearer from-the-url")
+        # --token-file wins over the URL's token, which is not sent
+        host.seen.clear()
+        assert main(["check-host", f"{host.url}/?tkn=from-the-url", "--token-file",
+                     str(token_file), "--examples", "1"]) == 2
+        assert host.seen[0] == ("/", "Bearer from-the-file")
+
+
+def test_the_token_from_ahp_token_and_token_file(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    right, wrong = tmp_path / "right", tmp_path / "wrong"
+    right.write_text("the-right-token\n")
+    wrong.write_text("a-wrong-token\n")
+    quick = ["--examples", "1", "--steps", "4", "--seed", "0"]
+    with _serve(tmp_path, "--token-file", str(right)) as url:
+        bare = url.split("?", maxsplit=1)[0]
+        assert main(["check-host", bare, *quick]) == 2  # no token anywhere
+        assert "HTTP 401" in capsys.readouterr().err
+        monkeypatch.setenv("AHP_TOKEN", "the-right-token")
+        assert main(["check-host", bare, *quick]) == 0
+        assert main(["check-host", bare, "--token-file", str(wrong), *quick]) == 2
+        assert "HTTP 401" in capsys.readouterr().err  # the file wins over AHP_TOKEN
+        monkeypatch.setenv("AHP_TOKEN", "a-wrong-token")
+        assert main(["check-host", bare, "--token-file", str(right), *quick]) == 0
+        assert main(["check-host", url, *quick]) == 0  # the URL's wins over AHP_TOKEN
+        assert main(["check-host", url, "--token", "a-wrong-token", *quick]) == 2
+        assert main(["check-host", bare, "--token-file", str(tmp_path / "none")]) == 2
+        assert "cannot read the token file" in capsys.readouterr().err
+        assert main(["check-host", "--stdio", "x", "--token", "t"]) == 2
+        assert "for a URL" in capsys.readouterr().err

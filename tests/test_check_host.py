@@ -394,9 +394,9 @@ def test_sessions_it_could_not_dispose_of_are_reported(served: str,
     with FaultyHost(served, _DisposalRefused()) as proxy:
         code = main(["check-host", proxy.url, "--examples", "1", "--steps", "3",
                      "--seed", "0"])
-    out = capsys.readouterr().out
+    printed = capsys.readouterr().out
     assert code == 0
-    assert "could not dispose of" in out and "(refused: -32603: not today)" in out
+    assert "could not dispose of" in printed and "(refused: -32603: not today)" in printed
     assert _sessions(served) == before
     # and one that cannot be reached at all keeps what it was given to dispose of
     cleanup = Cleanup(WebSocketTarget(url="ws://127.0.0.1:9"), timeout=1)

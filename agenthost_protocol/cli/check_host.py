@@ -70,12 +70,13 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "passed, 1 failed, 2 could not run (a refused token or Origin/Host included), 130 "
         "interrupted. Needs the testing extra (and ws for a URL). See docs/conformance.md.")
     host.add_argument("url", nargs="?", help="ws:// or wss:// URL of the host (the one serve "
-                      "prints carries its token)")
+                      "prints carries its token, which is sent in the Authorization header)")
     host.add_argument("--stdio", metavar="CMD", help="instead of a URL: start CMD, a host "
                       "that speaks JSON Lines on stdin/stdout (one connection per process)")
     token = host.add_mutually_exclusive_group()
     token.add_argument("--token-file", metavar="PATH", help="read the access token from PATH "
-                       "(its first line); it wins over the URL's token= and AHP_TOKEN")
+                       "(its first line). The token is this, or --token, else the URL's "
+                       "token=, else AHP_TOKEN from the environment")
     token.add_argument("--token", help="the access token (visible to other users in the "
                        "process list: prefer --token-file or AHP_TOKEN)")
     host.add_argument("--examples", type=_positive, default=100,
@@ -279,6 +280,7 @@ def check_host_command(args: argparse.Namespace, out: IO[str], err: IO[str]) -> 
     try:
         return _check_host(args, target, program, cleanup, out=out, err=err)
     except KeyboardInterrupt:
+        # a second Ctrl-C stops the last disposal: what it had not done is listed
         if cleanup.pending:
             print("check-host: interrupted", file=out, flush=True)
             _undisposed(cleanup, out)
@@ -287,7 +289,7 @@ def check_host_command(args: argparse.Namespace, out: IO[str], err: IO[str]) -> 
                   "are disposed of", file=out, flush=True)
         return EXIT_INTERRUPTED
     finally:
-        if main_thread:
+        if previous is not None:  # None: a handler not set from Python, left as it was
             signal.signal(signal.SIGTERM, previous)
 
 

@@ -10,6 +10,11 @@ version see every channel, and every property is checked on the transcript.
 The first failing example is then shrunk (:func:`shrink`) and kept, with its
 program, so that ``--replay`` can run it again.
 
+The sessions a run creates are disposed of (a
+:class:`~agenthost_protocol.hostcheck.driver.Cleanup`): after each example
+and each run while shrinking, once its traffic is recorded, and at the end
+of the run whatever ended it.
+
 Needs the ``testing`` extra (hypothesis); a WebSocket host the ``ws`` extra.
 """
 

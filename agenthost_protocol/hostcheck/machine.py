@@ -20,6 +20,7 @@ Needs the ``testing`` extra (hypothesis); a WebSocket host the ``ws`` extra.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Sequence
 
@@ -210,7 +211,8 @@ def _machine(target: Target, runs: _Runs, timeout: float, cleanup: Cleanup
             self._run(op="createChat", client=client, session=session)
 
         def teardown(self) -> None:
-            if self.aborted:
+            # an interrupt between two steps ends the example as a failed step does
+            if self.aborted or isinstance(sys.exc_info()[1], KeyboardInterrupt):
                 self.driver.close()
                 return
             transcript = self.driver.finish()

@@ -488,3 +488,20 @@ def test_the_token_from_ahp_token_and_token_file(tmp_path: Path,
         assert "cannot read the token file" in capsys.readouterr().err
         assert main(["check-host", "--stdio", "x", "--token", "t"]) == 2
         assert "for a URL" in capsys.readouterr().err
+
+
+def test_the_token_is_taken_out_of_the_url(capsys: pytest.CaptureFixture[str]) -> None:
+    from agenthost_protocol.hostcheck.driver import url_token
+
+    assert url_token("ws://127.0.0.1:1/?tkn=a&x=1") == ("ws://127.0.0.1:1/?x=1", "a")
+    assert url_token("ws://127.0.0.1:1/?token=b") == ("ws://127.0.0.1:1/", "b")
+    assert url_token("ws://127.0.0.1:1/?token=") == ("ws://127.0.0.1:1/?token=", None)
+    with pytest.raises(ValueError, match="visible ASCII"):
+        WebSocketTarget(url="ws://127.0.0.1:1", token="two words")
+    assert main(["check-host", "ws://127.0.0.1:1", "--token", "two words"]) == 2
+    assert "visible ASCII" in capsys.readouterr().err
+    # the first line names the host without its secrets (nothing listens on port 9)
+    assert main(["check-host", "ws://me:secret@127.0.0.1:9/?token=t0k", "--examples", "1",
+                 "--timeout", "1"]) == 2
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("check-host creates sessions on ws://127.0.0.1:9/ ")

@@ -214,9 +214,18 @@ def _where(args: argparse.Namespace) -> str:
     """The host, as the first line names it (never with its token)."""
     from ..hostcheck.driver import url_token  # noqa: PLC0415
 
-    if args.url is not None:
-        return url_token(args.url)[0]
-    return f"the host '{args.stdio}' starts"
+    if args.url is None:
+        return f"the host '{args.stdio}' starts"
+    import urllib.parse  # noqa: PLC0415
+
+    url = url_token(args.url)[0]
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:
+        return url
+    # nor with the password of a user:password@ part
+    return urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2])) \
+        if "@" in parts.netloc else url
 
 
 def _undisposed(cleanup: Cleanup, out: IO[str]) -> None:

@@ -244,6 +244,11 @@ class WebSocketTarget:
     timeout: float = 5.0
     many: bool = True
 
+    @token.validator
+    def _header_safe(self, _: object, token: str | None) -> None:
+        if token is not None and not header_safe(token):
+            raise ValueError("the access token is not valid: visible ASCII characters only")
+
     def _request(self) -> tuple[str, dict[str, str] | None]:
         """The URL to connect to, and the headers of the handshake."""
         bare, in_url = url_token(self.url)
@@ -265,7 +270,11 @@ class WebSocketTarget:
         except InvalidStatus as e:
             status = e.response.status_code
             if status in (401, 403):
-                raise HandshakeRefused(status, _printable(e.response.body or b"")) from None
+                said = _printable(e.response.body or b"")
+                token = self.token if self.token is not None else url_token(self.url)[1]
+                if token:  # a host that echoes it back does not get it printed
+                    said = said.replace(token, "REDACTED")
+                raise HandshakeRefused(status, said) from None
             raise
 
         def read() -> None:

@@ -670,8 +670,13 @@ class _Chat:
                 raise _Failed(EXIT_FAILED, "the chat is gone (the host restarted?)")
 
     async def _line(self, prompt: str) -> str | None:
-        """A line from the user for ``prompt`` (made safe: it may quote the host)."""
-        return await _ask(self.input_fn, safe_text(prompt))
+        """A line from the user for ``prompt`` (made safe: it may quote the host).  Piped
+        input is not echoed: it is written after the prompt, so stderr reads as a dialogue."""
+        line = await _ask(self.input_fn, safe_text(prompt))
+        if not self.interactive:
+            self.err.write(("(end of input)" if line is None else safe_text(line)) + "\n")
+            self.err.flush()
+        return line
 
     async def _answer(self, client: AsyncClient, chat: str, request: t.ChatInputRequest) -> None:
         """Put the agent's question to the user; send ``chat/inputCompleted``."""

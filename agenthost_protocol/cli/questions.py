@@ -69,6 +69,7 @@ def _kind(question: t.ChatInputQuestion) -> str:
 
 
 def _number(value: float) -> str:
+    value = float(value)  # the wire gives an int for 3
     return str(int(value)) if value.is_integer() else repr(value)
 
 
@@ -124,22 +125,27 @@ def question_lines(question: t.ChatInputQuestion, number: int, count: int) -> li
 def prompt_for(question: t.ChatInputQuestion) -> str:
     """The prompt of ``question``: what it takes and its default, in brackets."""
     hints: list[str] = []
+    default = False
     if isinstance(question, t.ChatInputTextQuestion):
         if question.format:
             hints.append(question.format)
         if question.min is not None or question.max is not None:
-            hints.append(_range("characters", question.min, question.max))
+            hints.append(_range(question.min, question.max) + " characters")
         if question.default_value is not None:
             hints.append(f"default: {question.default_value}")
+            default = True
         label = "answer"
     elif isinstance(question, t.ChatInputNumberQuestion):
         label = "whole number" if _kind(question) == "integer" else "number"
         if question.min is not None or question.max is not None:
-            hints.append(_range("", question.min, question.max).strip())
+            hints.append(_range(question.min, question.max))
         if question.default_value is not None:
             hints.append(f"default: {_number(question.default_value)}")
+            default = True
     elif isinstance(question, t.ChatInputBooleanQuestion):
-        label = {True: "Y/n", False: "y/N"}.get(question.default_value, "y/n")  # type: ignore[arg-type]
+        default = question.default_value is not None
+        label = "Y/n" if question.default_value is True else (
+            "y/N" if question.default_value is False else "y/n")
     elif isinstance(question, t.ChatInputSingleSelectQuestion):
         label = f"choose 1-{len(question.options)}" if question.options else "answer"
         if question.allow_freeform_input and question.options:
@@ -147,30 +153,32 @@ def prompt_for(question: t.ChatInputQuestion) -> str:
         defaults = _default_options(question)
         if defaults:
             hints.append(f"default: {defaults[0] + 1}")
+            default = True
     elif isinstance(question, t.ChatInputMultiSelectQuestion):
         label = "choose, comma-separated"
         if question.allow_freeform_input:
             hints.append("or type your own")
         if question.min is not None or question.max is not None:
-            hints.append(_range("choices", question.min, question.max))
+            hints.append("how many: " + _range(question.min, question.max))
         defaults = _default_options(question)
         if defaults:
             hints.append("default: " + ",".join(str(i + 1) for i in defaults))
+            default = True
     else:
         return ""
-    if not question.required and "default" not in " ".join(hints):
+    needs_some = isinstance(question, t.ChatInputMultiSelectQuestion) and (question.min or 0) > 0
+    if not question.required and not default and not needs_some:
         hints.append("empty: skip")
     return f"  {label}" + (f" [{'; '.join(hints)}]" if hints else "") + ": "
 
 
-def _range(unit: str, low: float | None, high: float | None) -> str:
-    unit = f" {unit}" if unit else ""
+def _range(low: float | None, high: float | None) -> str:
     if low is not None and high is not None:
-        return f"{_number(low)}-{_number(high)}{unit}"
+        return f"{_number(low)}-{_number(high)}"
     if low is not None:
-        return f"at least {_number(low)}{unit}"
+        return f"at least {_number(low)}"
     assert high is not None
-    return f"at most {_number(high)}{unit}"
+    return f"at most {_number(high)}"
 
 
 def _submitted(value: t.ChatInputAnswerValue) -> t.ChatInputAnswer:
@@ -228,7 +236,7 @@ def _numeric(question: t.ChatInputNumberQuestion, text: str) -> t.ChatInputAnswe
     if not text:
         if question.default_value is None:
             return _empty(question)
-        value = question.default_value
+        value = float(question.default_value)
     else:
         try:
             if "_" in text:  # float() takes "1_000"; a person means something else

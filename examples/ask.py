@@ -54,7 +54,9 @@ def describe(question: t.ChatInputQuestion, answer: t.ChatInputAnswer | None) ->
     if not isinstance(answer, t.ChatInputAnswered):
         return "an answer of an unknown kind"
     value = answer.value
-    labels = {o.id: o.label for o in getattr(question, "options", ())}
+    labels: dict[str, str] = {}
+    if isinstance(question, (t.ChatInputSingleSelectQuestion, t.ChatInputMultiSelectQuestion)):
+        labels = {o.id: o.label for o in question.options}
     if isinstance(value, t.ChatInputTextAnswerValue):
         return repr(value.value)
     if isinstance(value, t.ChatInputNumberAnswerValue):

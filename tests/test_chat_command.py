@@ -249,5 +249,6 @@ def test_the_cli_offers_the_chat_command(capsys: pytest.CaptureFixture[str]) -> 
         pytest.skip("agenthost_protocol/cli/__init__.py does not wire the chat command (yet)")
     usage = capsys.readouterr().out
     for option in ("URL", "MESSAGE", "--yes", "--stdio", "--timeout", "--provider",
-                   "--no-reasoning", "--log-level"):
+                   "--no-reasoning", "--log-level", "--session", "--continue", "AHP_TOKEN",
+                   "130 interrupted", "/decline"):
         assert option in usage

@@ -9,6 +9,7 @@ a long wait.  Every wait is bounded.
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -340,3 +341,13 @@ def test_a_long_wait_says_what_it_waits_for(monkeypatch: pytest.MonkeyPatch) -> 
                 assert "the host sent nothing" not in text
 
     run(body())
+
+
+def test_the_docs_show_the_example_as_it_is() -> None:
+    root = Path(__file__).parent.parent
+    page = (root / "docs" / "agents.md").read_text()
+    section = page.split("## Asking the user: `ask()`", 1)[1].split("\n## ", 1)[0]
+    block = section.split("```python\n", 1)[1].split("```", 1)[0]
+    example = (root / "examples" / "ask.py").read_text()
+    for piece in block.split("\n\n\n"):  # the page leaves describe() out
+        assert piece in example, piece

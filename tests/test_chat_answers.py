@@ -342,14 +342,18 @@ def test_session_and_continue_add_turns_to_the_same_session(tmp_path: Path) -> N
         first = piped(url, "one", "--yes", "--no-reasoning")
         assert first.returncode == EXIT_OK, first.stderr
         assert first.stdout.decode().endswith(f"{APPROVED_TEXT}\n")
-        again = piped(url, "two", "--yes", "--continue")
+        again = subprocess.run(chat_command(url, "--continue", "two", "--yes"),
+                               capture_output=True, env=child_env(), timeout=2 * TIMEOUT,
+                               check=False)  # the options before MESSAGE, as usual
         assert again.returncode == EXIT_OK, again.stderr
         (chat,) = host_chats(url)
         assert [turn.message.text for turn in chat.turns] == ["one", "two"]
         # the session it continued is named on stderr: by that URI, and by a prefix of its id
         session = again.stderr.decode().split("[session ", 1)[1].split()[0].rstrip("]")
         assert session.startswith("ahp-session:/")
-        by_uri = piped(url, "three", "--yes", "--session", session)
+        by_uri = subprocess.run(chat_command(url, "--session", session, "three", "--yes"),
+                                capture_output=True, env=child_env(), timeout=2 * TIMEOUT,
+                                check=False)
         assert by_uri.returncode == EXIT_OK, by_uri.stderr
         prefix = session.rsplit("/", 1)[1][:8]
         by_prefix = piped(url, "four", "--yes", "--session", prefix)
@@ -361,6 +365,10 @@ def test_session_and_continue_add_turns_to_the_same_session(tmp_path: Path) -> N
         missing = piped(url, "five", "--session", "zzz-no-such")
         assert missing.returncode == EXIT_FAILED
         assert b"no session of the host starts with 'zzz-no-such'" in missing.stderr
+        unknown = piped(url, "five", "--session", "ahp-session:/no-such")
+        assert unknown.returncode == EXIT_FAILED
+        assert b"cannot open the session ahp-session:/no-such" in unknown.stderr
+        assert len(host_chats(url)) == 1
 
 
 def test_continue_takes_the_session_changed_last(tmp_path: Path) -> None:

@@ -238,7 +238,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
 
     add_parsers(sub)
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if (extra and args.command == "chat" and args.message is None and len(extra) == 1
+            and not extra[0].startswith("-")):
+        # `chat URL --session S MESSAGE`: argparse gave the optional MESSAGE's place away
+        # when it met the option, and calls MESSAGE unrecognized
+        args.message = extra[0]
+        extra = []
+    if extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if args.command == "check-host":
         return check_host_command(args, sys.stdout, sys.stderr)
     if args.command == "check-traffic":

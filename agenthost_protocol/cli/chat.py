@@ -577,6 +577,7 @@ class _Chat:
 
     async def _turn(self, client: AsyncClient, chat: str, text: str, events: EventStream) -> int:
         turn_id = f"turn-{uuid.uuid4()}"
+        self._answered = set()  # request ids are the agent's: unique within a turn only
         started = time.monotonic()
         start = t.ChatTurnStartedAction(
             turn_id=turn_id, started_at=iso_timestamp(time.time() * 1000),

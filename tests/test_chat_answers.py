@@ -388,8 +388,11 @@ def test_continue_takes_the_session_changed_last(tmp_path: Path) -> None:
 
 def test_a_conversation_from_piped_lines(tmp_path: Path) -> None:
     with serving(tmp_path, "--step-delay", "0") as url:
-        result = piped(url, "--yes", "--no-reasoning", stdin=b"hello\n\nworld\n")
+        # a line over 64 KiB is refused, not sent, and the next line is read as usual
+        stdin = b"hello\n\n" + b"x" * (65 * 1024) + b"\nworld\n"
+        result = piped(url, "--yes", "--no-reasoning", stdin=stdin)
         assert result.returncode == EXIT_OK, result.stderr
+        assert b"[a line longer than 65536 bytes: not sent]" in result.stderr
         assert result.stdout.decode().count(APPROVED_TEXT) == 2
         (chat,) = host_chats(url)
         assert [turn.message.text for turn in chat.turns] == ["hello", "world"]

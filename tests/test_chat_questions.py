@@ -351,3 +351,70 @@ def test_the_docs_show_the_example_as_it_is() -> None:
     example = (root / "examples" / "ask.py").read_text()
     for piece in block.split("\n\n\n"):  # the page leaves describe() out
         assert piece in example, piece
+
+
+# -- finding a session: every page of listSessions, bounded -----------------------------------
+
+
+def summary(uri: str, modified: str) -> t.SessionSummary:
+    return t.SessionSummary(provider="demo", title="", status=t.SessionStatus.IDLE,
+                            resource=uri, created_at="2026-01-01T00:00:00.000Z",
+                            modified_at=modified)
+
+
+class Pages:
+    """What ``listSessions`` answers, by cursor; ``endless``: a fresh empty page each time."""
+
+    def __init__(self, pages: dict[str | None, t.ListSessionsResult], *,
+                 endless: bool = False) -> None:
+        self.pages = pages
+        self.endless = endless
+        self.calls = 0
+
+    async def list_sessions(self, *, limit: int | None = None, cursor: str | None = None
+                            ) -> t.ListSessionsResult:
+        self.calls += 1
+        if self.endless:
+            return t.ListSessionsResult(items=(), next_cursor=f"c{self.calls}")
+        return self.pages[cursor]
+
+
+def a_chat() -> chat_module._Chat:
+    return chat_module._Chat(yes=False, out=io.StringIO(), err=io.StringIO(),
+                             input_fn=Terminal(), timeout=TIMEOUT, provider=None,
+                             reasoning=False, interactive=False)
+
+
+def test_continue_and_a_prefix_read_every_page(monkeypatch: pytest.MonkeyPatch) -> None:
+    pages = Pages({
+        None: t.ListSessionsResult(items=(
+            summary("ahp-session:/aaa1", "2026-01-02T00:00:00.000Z"),
+            summary("ahp-session:/bbb1", "2026-01-01T00:00:00Z")), next_cursor="p2"),
+        "p2": t.ListSessionsResult(items=(
+            summary("ahp-session:/aaa2", "2026-01-03T00:00:00.000+00:00"),
+            summary("ahp-session:/ccc1", "not a date")), next_cursor="p3"),
+        "p3": t.ListSessionsResult(items=(), next_cursor="p2"),  # a cursor seen before: done
+    })
+    chat = a_chat()
+
+    async def body() -> None:
+        client = pages  # duck-typed: only list_sessions is used
+        assert await chat._latest_session(client, None) == "ahp-session:/aaa2"  # type: ignore[arg-type]
+        assert await chat._find_session(client, "bb", None) == "ahp-session:/bbb1"  # type: ignore[arg-type]
+        assert await chat._find_session(client, "ccc1", None) == "ahp-session:/ccc1"  # type: ignore[arg-type]
+        with pytest.raises(chat_module._Failed, match="2 sessions start with 'aaa'"):
+            await chat._find_session(client, "aaa", None)  # type: ignore[arg-type]
+        with pytest.raises(chat_module._Failed, match="no session of the host starts with"):
+            await chat._find_session(client, "zzz", None)  # type: ignore[arg-type]
+        # a URI is taken as it is, without listing
+        calls = pages.calls
+        assert await chat._find_session(client, "ahp-session:/x", None) == "ahp-session:/x"  # type: ignore[arg-type]
+        assert pages.calls == calls
+
+        monkeypatch.setattr(chat_module, "MAX_LISTED_PAGES", 5)
+        endless = Pages({}, endless=True)
+        with pytest.raises(chat_module._Failed, match="no session to continue"):
+            await chat._latest_session(endless, None)  # type: ignore[arg-type]
+        assert endless.calls == 6  # the first page, then five more
+
+    run(body())

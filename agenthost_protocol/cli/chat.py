@@ -92,6 +92,8 @@ __all__ = [
     "EXIT_USAGE",
     "EXIT_VERSION",
     "MAX_LINE",
+    "MAX_LISTED_PAGES",
+    "MAX_LISTED_SESSIONS",
     "STOP_TIMEOUT",
     "WAIT_NOTICE_AFTER",
     "InputFn",
@@ -121,6 +123,8 @@ WAIT_NOTICE_AFTER: Final = 5.0
 """After this many seconds with nothing new, a line on stderr says what is waited for."""
 MAX_LISTED_SESSIONS: Final = 100_000
 """``--continue`` and a session prefix read at most this many sessions of ``listSessions``."""
+MAX_LISTED_PAGES: Final = 1_000
+"""... and at most this many pages (a host could send empty pages without end)."""
 
 InputFn = Callable[[str], str]
 """Asks the user: takes the prompt, returns the answer line; raises ``EOFError`` at the end
@@ -531,15 +535,16 @@ class _Chat:
     async def _all_sessions(self, client: AsyncClient, first: t.ListSessionsResult | None
                             ) -> list[t.SessionSummary]:
         """Every session ``listSessions`` gives, page after page (at most
-        :data:`MAX_LISTED_SESSIONS`; a cursor seen before ends it)."""
+        :data:`MAX_LISTED_SESSIONS` in :data:`MAX_LISTED_PAGES` pages; a cursor seen before
+        ends it)."""
         page = first if first is not None else await client.list_sessions()
         found = list(page.items)
         seen: set[str] = set()
         while page.next_cursor is not None and page.next_cursor not in seen and (
-                len(found) < MAX_LISTED_SESSIONS):
+                len(found) < MAX_LISTED_SESSIONS and len(seen) < MAX_LISTED_PAGES):
             seen.add(page.next_cursor)
             page = await client.list_sessions(cursor=page.next_cursor)
-            found.extend(page.items)
+            found.extend(page.items[:MAX_LISTED_SESSIONS - len(found)])
         return found[:MAX_LISTED_SESSIONS]
 
     async def _find_session(self, client: AsyncClient, name: str,

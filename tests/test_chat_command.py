@@ -164,7 +164,13 @@ def test_a_turn_that_fails_or_a_silent_agent_exits_non_zero() -> None:
         async with demo_host(intercept=ignore_turns) as demo:
             status, _, err = await chat(demo.url, timeout=0.3)
             assert status == EXIT_TIMEOUT
-            assert "the host sent nothing for 0.3 s" in err
+            # it says what it waited for, and leaves no turn active on the host
+            assert err.endswith("[the turn was cancelled]\nagenthost-protocol chat: timed out "
+                                "after 0.3 s waiting for the agent to reply\n"), err
+            (chat_uri,) = [c for c in demo.host.channels if c.startswith("ahp-chat:")]
+            state = demo.host.state(chat_uri)
+            assert isinstance(state, t.ChatState) and state.active_turn is None
+            assert state.turns[-1].state == t.TurnState.CANCELLED
 
     run(body())
 
@@ -243,5 +249,6 @@ def test_the_cli_offers_the_chat_command(capsys: pytest.CaptureFixture[str]) -> 
         pytest.skip("agenthost_protocol/cli/__init__.py does not wire the chat command (yet)")
     usage = capsys.readouterr().out
     for option in ("URL", "MESSAGE", "--yes", "--stdio", "--timeout", "--provider",
-                   "--no-reasoning", "--log-level"):
+                   "--no-reasoning", "--log-level", "--session", "--continue", "AHP_TOKEN",
+                   "130 interrupted", "/decline"):
         assert option in usage

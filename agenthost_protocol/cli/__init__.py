@@ -17,10 +17,12 @@
   ``ws`` extra) or on stdin/stdout as JSON Lines; first line
   ``serving ws://HOST:PORT``; exit status 0 after SIGINT/SIGTERM, 1 when it
   cannot start (the agent included), 2 usage (``docs/serve.md``).
-* ``agenthost-protocol chat URL MESSAGE [--yes] [--stdio] [--timeout S]``: one turn
-  with an AHP host: creates a session, sends MESSAGE, streams the reply, asks y/n
-  for tool calls (or --yes); exit 0 when the turn ends, 1 turn failed or host
-  error, 3 cannot connect, 4 version mismatch, 5 timeout (``docs/client.md``).
+* ``agenthost-protocol chat URL [MESSAGE] [--session S | --continue] [--yes] [--stdio]
+  [--timeout S]``: turns with an AHP host: creates (or continues) a session, sends
+  MESSAGE (none: each line of input), streams the reply, asks y/n for tool calls
+  (or --yes) and the agent's questions; exit 0 when the turn ends, 1 turn failed,
+  host error or unanswered question, 3 cannot connect, 4 version mismatch, 5
+  timeout, 130 interrupted (``docs/client.md``).
 """
 
 from __future__ import annotations
@@ -149,26 +151,41 @@ def _reduce(_: argparse.Namespace, inp: IO[bytes], out: IO[bytes]) -> int:
 def add_chat_parser(sub: Any) -> None:
     chat = sub.add_parser(
         "chat",
-        help="send one message to an AHP host and stream the reply (WebSocket or stdio)",
-        description="Connect to an AHP host, create a session, send MESSAGE as a new turn, "
-        "print the reply as it streams (reasoning and tool calls on stderr), ask y/n for "
-        "each tool call awaiting confirmation (or approve them all with --yes), and exit "
-        "when the turn ends. Exit status: 0 the turn ended, 1 it failed or the host refused, "
-        "2 usage, 3 cannot connect, 4 protocol version mismatch, 5 timeout. "
-        "See docs/client.md.",
+        help="talk to an AHP host: one message, or a conversation (WebSocket or stdio)",
+        description="Connect to an AHP host, create a session (or continue one: --session, "
+        "--continue), send MESSAGE as a new turn, print the reply as it streams (reasoning, "
+        "tool calls and questions on stderr), ask y/n for each tool call awaiting "
+        "confirmation (or approve them all with --yes), put the agent's questions to you, and "
+        "exit when the turn ends. Without MESSAGE, each line of input is a turn of the same "
+        "session, until the end of input. Answer a question on one line (empty: its "
+        "default; /decline or /cancel: refuse the request); on piped input one line per "
+        "question, and a bad answer declines the request and exits 1. The token comes from "
+        "the URL (?token=...) or the AHP_TOKEN environment variable. Exit status: 0 the "
+        "turn ended, 1 it failed, the host refused, or a question went unanswered, 2 usage, "
+        "3 cannot connect, 4 protocol version mismatch, 5 timeout, 130 interrupted (Ctrl-C; "
+        "the turn is cancelled first). See docs/client.md.",
     )
     chat.add_argument("target", metavar="URL",
                       help="the host's ws:// or wss:// URL (with --stdio: a command to run)")
-    chat.add_argument("message", metavar="MESSAGE", help="the message to send")
+    chat.add_argument("message", metavar="MESSAGE", nargs="?", default=None,
+                      help="the message to send (none: a conversation, one turn a line)")
+    which = chat.add_mutually_exclusive_group()
+    which.add_argument("--session", metavar="SESSION", default=None,
+                       help="continue this session (its URI as `sessions` prints it, or the "
+                       "start of its id) instead of creating one")
+    which.add_argument("--continue", dest="continue_last", action="store_true",
+                       help="continue the session changed last")
     chat.add_argument("-y", "--yes", action="store_true",
-                      help="approve every tool call without asking")
+                      help="approve every tool call without asking (questions are still asked)")
     chat.add_argument("--stdio", action="store_true",
                       help="URL is a command line: spawn it and speak JSON Lines on its "
                       "stdin/stdout (e.g. \"agenthost-protocol serve --stdio\")")
     chat.add_argument("--timeout", type=positive_seconds, default=30.0, metavar="SECONDS",
-                      help="give up when the host says nothing for this long (default 30)")
+                      help="give up when nothing comes from the host or the agent for this "
+                      "long (default 30; time spent answering does not count)")
     chat.add_argument("--provider", default=None,
-                      help="the agent provider (default: the host's first agent)")
+                      help="the agent provider of a new session (default: the host's first "
+                      "agent)")
     chat.add_argument("--no-reasoning", action="store_true",
                       help="do not print the agent's reasoning (on stderr)")
     chat.add_argument("--log-level", choices=LOG_LEVELS, default="warning",
@@ -221,7 +238,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
 
     add_parsers(sub)
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if (extra and args.command == "chat" and args.message is None and len(extra) == 1
+            and not extra[0].startswith("-")):
+        # `chat URL --session S MESSAGE`: argparse gave the optional MESSAGE's place away
+        # when it met the option, and calls MESSAGE unrecognized
+        args.message = extra[0]
+        extra = []
+    if extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if args.command == "check-host":
         return check_host_command(args, sys.stdout, sys.stderr)
     if args.command == "check-traffic":

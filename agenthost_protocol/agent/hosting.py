@@ -457,7 +457,7 @@ async def serve_host(
             if options.stdio:
                 await _serve_stdio(server, closer, stop, stdin, stdout)
             else:
-                await _serve_websocket(server, closer, options, token, stop, ready)
+                await _serve_websocket(server, closer, options, stop, ready, token=token)
         finally:
             try:
                 await closer.close()
@@ -507,9 +507,10 @@ async def _serve_websocket(
     server: HostServer,
     agent: _Closer,
     options: ServeOptions,
-    token: str | None,
     stop: asyncio.Event,
     ready: Callable[[str], None] | None,
+    *,
+    token: str | None,
 ) -> None:
     # websockets is optional: stdio mode must work without it
     from ..aio.websocket import serve_websocket  # noqa: PLC0415

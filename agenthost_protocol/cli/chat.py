@@ -53,6 +53,7 @@ from ..aio.client import (
     ConnectionLost,
     DispatchedAction,
     EventStream,
+    HandshakeRefused,
     ReconnectPolicy,
     Reinitialized,
     RequestError,
@@ -380,6 +381,8 @@ class _Chat:
             raise _Failed(EXIT_TIMEOUT, f"timed out: the host sent nothing for "
                           f"{self.timeout:g} s") from None
         if event is None:
+            if isinstance(client.close_error, HandshakeRefused):
+                raise client.close_error  # a reconnect refused: exits 3 with its message
             raise ConnectionClosedError(client.close_reason or "the connection closed")
         if isinstance(event, ConnectionLost):
             self.transcript.note(f"[connection lost: {event.reason}"

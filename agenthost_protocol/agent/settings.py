@@ -143,7 +143,8 @@ def _private_dir(directory: Path) -> None:
 
 def _read(path: Path) -> dict[str, object] | None:
     """The settings in ``path`` (``None``: there is no file); checked."""
-    flags = os.O_RDONLY | getattr(os, "O_BINARY", 0)
+    # non-blocking: a FIFO put there must not hang the start (a regular file ignores it)
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
     try:
         fd = os.open(path, flags)
     except FileNotFoundError:
@@ -151,22 +152,30 @@ def _read(path: Path) -> dict[str, object] | None:
     except OSError as e:
         raise SettingsError(f"cannot read the settings file {path}: "
                             f"{_one_line(e.strerror or str(e))}") from None
-    with os.fdopen(fd, "rb") as f:
-        info = os.fstat(f.fileno())
+    try:
+        info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise SettingsError(f"the settings file {path} is not a regular file: "
-                                f"remove it")
+            raise SettingsError(f"the settings file {path} is not a regular file: remove it")
         if _POSIX and stat.S_IMODE(info.st_mode) & 0o077:
             mode = stat.S_IMODE(info.st_mode)
             raise SettingsError(
                 f"the settings file {path} is open to other users (mode {mode:04o}): the "
                 "access token in it may be known to them; run serve --new-token to replace "
                 f"it with a new one (in a file only you can read), or chmod 600 {path}")
-        try:
-            data = f.read(MAX_SETTINGS_BYTES + 1)
-        except OSError as e:
-            raise SettingsError(f"cannot read the settings file {path}: "
-                                f"{_one_line(e.strerror or str(e))}") from None
+        chunks: list[bytes] = []
+        size = 0
+        while size <= MAX_SETTINGS_BYTES:
+            chunk = os.read(fd, MAX_SETTINGS_BYTES + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        data = b"".join(chunks)
+    except OSError as e:
+        raise SettingsError(f"cannot read the settings file {path}: "
+                            f"{_one_line(e.strerror or str(e))}") from None
+    finally:
+        os.close(fd)
     if len(data) > MAX_SETTINGS_BYTES:
         raise SettingsError(f"the settings file {path} is larger than "
                             f"{MAX_SETTINGS_BYTES // 1024} KiB: not a settings file; "

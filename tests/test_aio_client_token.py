@@ -28,7 +28,8 @@ from websockets.asyncio.server import ServerConnection, serve
 from websockets.http11 import Request, Response
 
 from agenthost_protocol import types as t
-from agenthost_protocol.agent.demo import demo_root_state
+from agenthost_protocol.agent import AgentDriver
+from agenthost_protocol.agent.demo import DemoAgent, demo_root_state
 from agenthost_protocol.aio import HostServer
 from agenthost_protocol.aio.client import (
     TOKEN_ENV,
@@ -102,11 +103,16 @@ def _given_token(request: Request) -> str | None:
 
 
 @contextlib.asynccontextmanager
-async def token_host(token: str = TOKEN, *,
-                     refuse_with: HTTPStatus | None = None) -> AsyncIterator[TokenHost]:
-    """The host on a loopback port; ``refuse_with`` refuses every handshake with that status."""
+async def token_host(token: str = TOKEN, *, refuse_with: HTTPStatus | None = None,
+                     demo_step: float | None = None) -> AsyncIterator[TokenHost]:
+    """The host on a loopback port; ``refuse_with`` refuses every handshake with that status.
+    With ``demo_step`` the demo agent plays turns, that many seconds a step."""
     server = HostServer(Host(clock=clock, root=demo_root_state(),
                              server_info=t.Implementation(name="token-host")))
+    driver = None
+    if demo_step is not None:
+        driver = AgentDriver(DemoAgent(step_delay=demo_step), server.host, server.flush)
+        server.handler = driver.handle
     recorded: list[Request] = []
     made: list[TokenHost] = []  # the host, whose token a test may change
 
@@ -126,8 +132,12 @@ async def token_host(token: str = TOKEN, *,
     host = TokenHost(WebSocketServer(server, endpoint, "127.0.0.1"), token)
     host.requests = recorded
     made.append(host)
-    async with host.endpoint:
-        yield host
+    try:
+        async with host.endpoint:
+            yield host
+    finally:
+        if driver is not None:
+            await driver.close()
 
 
 @pytest.fixture(autouse=True)
@@ -363,6 +373,34 @@ def test_chat_exits_3_with_the_reason_and_without_the_token(
             assert WRONG not in err
         status, err = await chat(f"http://127.0.0.1:9/?token={WRONG}")
         assert status == EXIT_USAGE and "token=REDACTED" in err and WRONG not in err
+
+    run(body())
+
+
+def test_chat_exits_3_when_its_reconnect_is_refused() -> None:
+    """The host restarts with a new token in the middle of a turn: chat says so and exits."""
+    async def body() -> None:
+        async with token_host(demo_step=1.0) as host:
+            out, err = io.StringIO(), io.StringIO()
+            # a slow demo turn: chat waits for it until the drop
+            chat = asyncio.ensure_future(run_chat(host.url_with(TOKEN), "hello", out=out,
+                                                  err=err, timeout=TIMEOUT,
+                                                  input_fn=lambda prompt: "n"))
+            endpoint = host.endpoint.endpoint
+            while not endpoint.connections:
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.5)  # the session made and the turn sent
+            host.token = "replaced-Token_0123456789"
+            before = len(host.requests)
+            for connection in list(endpoint.connections):
+                connection.transport.abort()
+            started = asyncio.get_running_loop().time()
+            status = await asyncio.wait_for(chat, TIMEOUT)
+            took = asyncio.get_running_loop().time() - started
+            assert status == EXIT_CONNECT, err.getvalue()
+            assert REFUSED_401 in err.getvalue() and TOKEN not in err.getvalue()
+            assert "[connection lost" in err.getvalue()  # it was under way
+            assert len(host.requests) == before + 1 and took < TIMEOUT / 2
 
     run(body())
 

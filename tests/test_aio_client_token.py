@@ -580,6 +580,18 @@ def test_url_token() -> None:
     assert url_token("ws://[bad/?token=x") is None
 
 
+def test_a_quoted_host_reason_is_bounded_and_never_shows_a_secret() -> None:
+    from agenthost_protocol.aio.client_errors import _safe_detail
+
+    long_token = "T" * 1000  # longer than what is kept before the cut
+    for body in ((b"x" * 100 + long_token.encode()), ("\u00e9" * 50 + long_token).encode()):
+        shown = _safe_detail(body, (long_token,))
+        assert "TTTT" not in shown and "REDACTED" in shown and len(shown) <= 200
+    assert _safe_detail(b"\x00\x1b[2J  two\n\tlines \xff") == "??[2J two lines \ufffd"
+    assert _safe_detail(b"see ws://h/?token=abc") == "see ws://h/?token=REDACTED"
+    assert len(_safe_detail(b"y" * 10**6)) == 200
+
+
 def test_connect_error_redacts_whatever_it_is_given() -> None:
     error = ConnectError("ws://h/?token=abc", "WebSocket handshake failed: "
                          "redirect to ws://h/?token=abc")

@@ -118,12 +118,14 @@ def _safe_detail(body: bytes | str, secrets: Iterable[str] = ()) -> str:
     other unprintable character (control, bidi override ...) shown as ``?``,
     and each of ``secrets`` (the token we sent, which a hostile host may echo)
     replaced by ``REDACTED``."""
-    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
-    # bounded before any work on it: the body may be large
-    text = text[: _DETAIL_CHARS * 4]
+    secrets = [secret for secret in secrets if secret]
+    # bounded before any work on it (the body may be large), but never cutting a secret
+    # that starts in what is shown
+    keep = _DETAIL_CHARS * 4 + max((len(secret) for secret in secrets), default=0)
+    raw = body[: keep * 4] if isinstance(body, bytes) else body
+    text = (raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw)[:keep]
     for secret in secrets:
-        if secret:
-            text = text.replace(secret, _REDACTED)
+        text = text.replace(secret, _REDACTED)
     text = " ".join(text.split())
     text = "".join(char if char.isprintable() else "?" for char in text)
     if len(text) > _DETAIL_CHARS:

@@ -422,7 +422,8 @@ async def serve_host(
     the end the agent is closed (its processes stopped), then every
     connection.  Raises :class:`AgentStartError` when the agent cannot
     start (nothing was served), :class:`~.settings.SettingsError` when the
-    settings file that keeps the token cannot be used (checked first),
+    settings file that keeps the token cannot be used (checked before the
+    store and the agent),
     ``ValueError`` for a command the agent kind
     does not take, ``ImportError`` when websockets (WebSocket mode) or the
     ACP extra is missing, ``OSError`` when the address cannot be bound, and
@@ -431,9 +432,10 @@ async def serve_host(
     cancels the start and returns.
     """
     stop = stop if stop is not None else asyncio.Event()
-    # before anything starts: a settings file that cannot be used stops nothing half-way
-    token = None if options.stdio else options.access_token()
     capture = _open_capture(options)
+    # before the store and the agent: a settings file that cannot be used stops nothing
+    # half-way
+    token = None if options.stdio else options.access_token()
     store = options.open_store()
     log.info("store: %s", options.store_path() or "none (memory only)")
     try:

@@ -466,8 +466,8 @@ def test_serve_with_a_bad_settings_file_exits_1_in_one_line_and_new_token_recove
     path.parent.mkdir(parents=True, mode=0o700)
     path.write_text("{broken")
     os.chmod(path, 0o600)
-    done = subprocess.run(serve_command("--port", "0", "--no-store"), env=child_env(),
-                          capture_output=True, timeout=TIMEOUT, check=False)
+    done = subprocess.run(serve_command("--port", "0", "--no-store", "--log-level", "warning"),
+                          env=child_env(), capture_output=True, timeout=TIMEOUT, check=False)
     assert done.returncode == 1 and done.stdout == b""
     (line,) = done.stderr.decode().splitlines()
     assert line == (f"agenthost-protocol serve: the settings file {path} is corrupt (not "

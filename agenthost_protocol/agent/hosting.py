@@ -423,7 +423,7 @@ async def serve_host(
     connection.  Raises :class:`AgentStartError` when the agent cannot
     start (nothing was served), :class:`~.settings.SettingsError` when the
     settings file that keeps the token cannot be used (checked before the
-    store and the agent),
+    agent starts),
     ``ValueError`` for a command the agent kind
     does not take, ``ImportError`` when websockets (WebSocket mode) or the
     ACP extra is missing, ``OSError`` when the address cannot be bound, and
@@ -433,12 +433,12 @@ async def serve_host(
     """
     stop = stop if stop is not None else asyncio.Event()
     capture = _open_capture(options)
-    # before the store and the agent: a settings file that cannot be used stops nothing
-    # half-way
-    token = None if options.stdio else options.access_token()
     store = options.open_store()
     log.info("store: %s", options.store_path() or "none (memory only)")
     try:
+        # before the agent starts: a settings file that cannot be used stops nothing
+        # half-way
+        token = None if options.stdio else options.access_token()
         server, agent = build_server(options, clock, store)
     except BaseException:
         if store is not None:

@@ -475,3 +475,19 @@ def test_serve_with_a_bad_settings_file_exits_1_in_one_line_and_new_token_recove
     url = first_url("--new-token")
     assert load_token() == token_of(url) and mode(path) == 0o600
     assert token_of(first_url()) == token_of(url)
+
+
+def test_a_config_directory_that_cannot_be_made_says_what_else_to_do(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    blocker = tmp_path / "a file"  # no directory can be made under it, not even by root
+    blocker.write_text("")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(blocker))
+    with pytest.raises(SettingsError, match="--token-file or AHP_TOKEN") as refused:
+        saved_token()
+    assert str(blocker / "agenthost-protocol") in str(refused.value)
+    # serve: exit 1, that line; with AHP_TOKEN it serves (the file is never needed)
+    done = subprocess.run(serve_command("--port", "0", "--no-store", "--log-level", "warning"),
+                          env=child_env(), capture_output=True, timeout=TIMEOUT, check=False)
+    assert done.returncode == 1
+    assert done.stderr.decode().splitlines() == [f"agenthost-protocol serve: {refused.value}"]
+    assert token_of(first_url(env={TOKEN_ENV: "given"})) == "given"

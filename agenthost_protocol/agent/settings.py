@@ -106,6 +106,10 @@ def _recovery(path: Path) -> str:
     return f"run serve --new-token to write a new one, or remove {path}"
 
 
+def _elsewhere() -> str:
+    return "give the token with --token-file or AHP_TOKEN instead, or set XDG_CONFIG_HOME"
+
+
 def _valid_token(value: object) -> bool:
     # an HTTP header carries it (Authorization: Bearer): visible ASCII only
     return (isinstance(value, str) and 0 < len(value) <= _MAX_TOKEN_CHARS
@@ -118,7 +122,7 @@ def _private_dir(directory: Path) -> None:
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as e:
         raise SettingsError(f"cannot make the settings directory {directory}: "
-                            f"{_one_line(e.strerror or str(e))}") from None
+                            f"{_one_line(e.strerror or str(e))}; {_elsewhere()}") from None
     if not _POSIX:
         return
     try:
@@ -205,7 +209,7 @@ def _write_new(path: Path, settings: dict[str, object], *, replace: bool) -> boo
         fd = os.open(temporary, flags, 0o600)
     except OSError as e:
         raise SettingsError(f"cannot write the settings file {path}: "
-                            f"{_one_line(e.strerror or str(e))}") from None
+                            f"{_one_line(e.strerror or str(e))}; {_elsewhere()}") from None
     try:
         try:
             with os.fdopen(fd, "wb") as f:
@@ -227,7 +231,7 @@ def _write_new(path: Path, settings: dict[str, object], *, replace: bool) -> boo
                     os.replace(temporary, path)
         except OSError as e:
             raise SettingsError(f"cannot write the settings file {path}: "
-                                f"{_one_line(e.strerror or str(e))}") from None
+                                f"{_one_line(e.strerror or str(e))}; {_elsewhere()}") from None
         _sync_dir(path.parent)
         return True
     finally:

@@ -123,7 +123,7 @@ async def main() -> None:
                                      access=AccessPolicy(token=token))
     print(f"host: {endpoint.url} (the reverse agent; token required)")
     try:
-        # the URL as serve prints it: the token travels in its query
+        # the URL as serve prints it; the client sends its token as Authorization: Bearer
         policy = ReconnectPolicy(initial_delay=0.05, max_attempts=5, rng=random.Random(0))
         async with connect(url_with_token(endpoint.url, token), reconnect=policy) as client:
             await client.initialize(["ahp-root://"])

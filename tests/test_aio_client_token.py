@@ -9,6 +9,7 @@ spawned children are reaped by the client that spawned them.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import io
 import logging
@@ -27,11 +28,15 @@ from websockets.asyncio.server import ServerConnection, serve
 from websockets.http11 import Request, Response
 
 from agenthost_protocol import types as t
-from agenthost_protocol.agent.demo import demo_root_state
+from agenthost_protocol.agent import AgentDriver
+from agenthost_protocol.agent.demo import DemoAgent, demo_root_state
 from agenthost_protocol.aio import HostServer
 from agenthost_protocol.aio.client import (
     TOKEN_ENV,
+    Closed,
     ConnectError,
+    HandshakeRefused,
+    Reconnecting,
     ReconnectPolicy,
     Resumed,
     SubprocessTransport,
@@ -54,15 +59,21 @@ WRONG = "wrong-Token_9876543210"
 FAST = ReconnectPolicy(initial_delay=0.01, max_delay=0.05, rng=random.Random(7),
                        connect_timeout=TIMEOUT, handshake_timeout=TIMEOUT)
 
-REFUSED_401 = ("the host refused the token (HTTP 401): pass the URL serve printed, with its "
-               "?token=, or set AHP_TOKEN")
+REFUSED_401 = ("the host refused the access token (HTTP 401): it is not the host's token "
+               "(serve --new-token replaces it); use the URL serve printed last, with its "
+               "?token=, or set AHP_TOKEN to its token")
+WANTED_401 = ("the host wants an access token (HTTP 401): pass the URL serve printed, with its "
+              "?token=, or set AHP_TOKEN")
 
 
 class TokenHost:
-    """A real host that wants ``token``; it records every upgrade request it gets."""
+    """A real host that wants ``token``; it records every upgrade request it gets.
 
-    def __init__(self, endpoint: WebSocketServer) -> None:
+    ``token`` may be changed while it serves (a restart with ``serve --new-token``)."""
+
+    def __init__(self, endpoint: WebSocketServer, token: str) -> None:
         self.endpoint = endpoint
+        self.token = token
         self.requests: list[Request] = []
 
     @property
@@ -85,25 +96,31 @@ class TokenHost:
 def _given_token(request: Request) -> str | None:
     query = urllib.parse.urlsplit(request.path).query
     for key, value in urllib.parse.parse_qsl(query):
-        if key == "token":
+        if key in ("token", "tkn"):
             return value
     scheme, _, credentials = request.headers.get("Authorization", "").partition(" ")
     return credentials if scheme.lower() == "bearer" else None
 
 
 @contextlib.asynccontextmanager
-async def token_host(token: str = TOKEN, *,
-                     refuse_with: HTTPStatus | None = None) -> AsyncIterator[TokenHost]:
-    """The host on a loopback port; ``refuse_with`` refuses every handshake with that status."""
+async def token_host(token: str = TOKEN, *, refuse_with: HTTPStatus | None = None,
+                     demo_step: float | None = None) -> AsyncIterator[TokenHost]:
+    """The host on a loopback port; ``refuse_with`` refuses every handshake with that status.
+    With ``demo_step`` the demo agent plays turns, that many seconds a step."""
     server = HostServer(Host(clock=clock, root=demo_root_state(),
                              server_info=t.Implementation(name="token-host")))
+    driver = None
+    if demo_step is not None:
+        driver = AgentDriver(DemoAgent(step_delay=demo_step), server.host, server.flush)
+        server.handler = driver.handle
     recorded: list[Request] = []
+    made: list[TokenHost] = []  # the host, whose token a test may change
 
     def process_request(connection: ServerConnection, request: Request) -> Response | None:
         recorded.append(request)
         if refuse_with is not None:
             return connection.respond(refuse_with, f"{refuse_with.phrase}\n")
-        if _given_token(request) != token:
+        if _given_token(request) != (made[0].token if made else token):
             return connection.respond(HTTPStatus.UNAUTHORIZED, "a valid token is required\n")
         return None
 
@@ -112,10 +129,15 @@ async def token_host(token: str = TOKEN, *,
 
     endpoint = await serve(handler, "127.0.0.1", 0, process_request=process_request,
                            ping_interval=None)
-    host = TokenHost(WebSocketServer(server, endpoint, "127.0.0.1"))
+    host = TokenHost(WebSocketServer(server, endpoint, "127.0.0.1"), token)
     host.requests = recorded
-    async with host.endpoint:
-        yield host
+    made.append(host)
+    try:
+        async with host.endpoint:
+            yield host
+    finally:
+        if driver is not None:
+            await driver.close()
 
 
 @pytest.fixture(autouse=True)
@@ -138,13 +160,25 @@ def test_a_token_argument_goes_as_a_bearer_header() -> None:
     run(body())
 
 
-def test_a_token_in_the_url_goes_as_it_is() -> None:
+def test_a_token_in_the_url_goes_as_a_bearer_header_too() -> None:
+    """Issue 28: the request target, which servers and proxies log, never holds the token."""
     async def body() -> None:
-        async with token_host() as host, connect(host.url_with(TOKEN)) as client:
-            await client.initialize([ROOT])
-            assert host.paths == [f"/?token={TOKEN}"]
-            assert host.authorizations == [None]
-            assert client.target == f"{host.url}?token=REDACTED"
+        async with token_host() as host:
+            async with connect(host.url_with(TOKEN)) as client:
+                await client.initialize([ROOT])
+                assert client.target == f"{host.url}?token=REDACTED"
+            # tkn= (VS Code's name) is a token too, and both leave the request target
+            for url in (f"{host.url}?tkn={TOKEN}", f"{host.url}?a=1&tkn={TOKEN}&token={TOKEN}",
+                        f"{host.url}?token={TOKEN}&tkn={WRONG}&b=2"):
+                async with connect(url) as client:
+                    await client.ping()
+            assert host.authorizations == [f"Bearer {TOKEN}"] * 4
+            assert host.paths == ["/", "/", "/?a=1", "/?b=2"]
+            # open_websocket does the same
+            transport = await open_websocket(f"{host.url}?tkn={TOKEN}", ping_interval=None)
+            await transport.close()
+            assert host.paths[-1] == "/" and host.authorizations[-1] == f"Bearer {TOKEN}"
+            assert not [path for path in host.paths if TOKEN in path or WRONG in path]
 
     run(body())
 
@@ -164,8 +198,8 @@ def test_ahp_token_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None
             with pytest.raises(ConnectError) as refused:
                 await connect(host.url, reconnect=False)
             assert refused.value.status == 401
-            assert host.authorizations == [f"Bearer {TOKEN}", None, None]
-            assert host.paths == ["/", f"/?token={TOKEN}", "/"]
+            assert host.authorizations == [f"Bearer {TOKEN}", f"Bearer {TOKEN}", None]
+            assert host.paths == ["/", "/", "/"]
 
     run(body())
 
@@ -198,6 +232,9 @@ def test_the_callers_authorization_header(monkeypatch: pytest.MonkeyPatch) -> No
             # ... and a token argument besides it is a contradiction
             with pytest.raises(ValueError, match="not both"):
                 connect(host.url, token=TOKEN, headers={"Authorization": "Bearer x"})
+            # ... and so is a token in the URL besides it (which of the two would count?)
+            with pytest.raises(ValueError, match="not both"):
+                connect(f"{host.url}?tkn={TOKEN}", headers={"Authorization": "Bearer x"})
             # merged with the other headers
             async with connect(host.url, token=TOKEN, headers={"X-Extra": "2"}) as client:
                 await client.ping()
@@ -254,27 +291,30 @@ def test_open_websocket_takes_a_token_too() -> None:
 def test_a_wrong_token_is_a_clear_connect_error_that_never_shows_it() -> None:
     async def body() -> None:
         async with token_host() as host:
-            for attempt in (connect(host.url, token=WRONG, reconnect=False),
-                            connect(host.url_with(WRONG), reconnect=False)):
-                with pytest.raises(ConnectError) as refused:
+            # reconnect on (the default): a refused handshake is final all the same
+            for attempt in (connect(host.url, token=WRONG),
+                            connect(host.url_with(WRONG)),
+                            connect(f"{host.url}?tkn={WRONG}")):
+                before = len(host.requests)
+                with pytest.raises(HandshakeRefused) as refused:
                     await attempt
                 error = refused.value
-                assert error.status == 401
+                assert isinstance(error, ConnectError)
+                assert (error.check, error.status, error.token_sent) == ("token", 401, True)
                 assert error.reason == REFUSED_401
-                assert str(error).endswith(f": {REFUSED_401}")
+                assert str(error) == f"cannot connect to {host.url}: {REFUSED_401}"
                 assert WRONG not in str(error) and WRONG not in repr(error)
-                assert WRONG not in error.target and WRONG not in attempt.client.target
-            assert error.target == f"{host.url}?token=REDACTED"
-            # no token at all: the same advice
-            with pytest.raises(ConnectError, match="HTTP 401"):
+                assert WRONG not in error.target  # the URL went without its token
+                assert len(host.requests) == before + 1  # one handshake, no retry
+            # no token at all: what to give
+            with pytest.raises(HandshakeRefused) as refused:
                 await connect(host.url)
+            assert refused.value.reason == WANTED_401 and not refused.value.token_sent
 
     run(body())
 
 
 @pytest.mark.parametrize(("status", "reason"), [
-    (HTTPStatus.FORBIDDEN,
-     "the host refused this connection (HTTP 403): its Origin or Host is not allowed"),
     (HTTPStatus.SERVICE_UNAVAILABLE, "the host is at its connection limit (HTTP 503)"),
     (HTTPStatus.IM_A_TEAPOT, "the host refused the WebSocket handshake (HTTP 418 I'm a Teapot)"),
 ])
@@ -283,9 +323,28 @@ def test_other_refusals(status: HTTPStatus, reason: str) -> None:
         async with token_host(refuse_with=status) as host:
             with pytest.raises(ConnectError) as refused:
                 await connect(host.url_with(TOKEN))
+            # a busy host may have room later: not a final refusal
+            assert not isinstance(refused.value, HandshakeRefused)
             assert refused.value.status == status
             assert refused.value.reason == reason
             assert TOKEN not in str(refused.value)
+
+    run(body())
+
+
+def test_a_403_names_the_origin_or_host_check_and_quotes_the_host() -> None:
+    async def body() -> None:
+        async with token_host(refuse_with=HTTPStatus.FORBIDDEN) as host:
+            with pytest.raises(HandshakeRefused) as refused:
+                await connect(host.url_with(TOKEN))
+            error = refused.value
+            assert (error.check, error.status) == ("origin-or-host", 403)
+            assert error.detail == "Forbidden"
+            assert error.reason == (
+                'the host refused this connection\'s Origin or Host header (HTTP 403) (the '
+                'host says: "Forbidden"): a browser page\'s origin needs serve --allow-origin, '
+                "a host name other than localhost or an IP address needs serve --allow-host")
+            assert TOKEN not in str(error)
 
     run(body())
 
@@ -303,6 +362,8 @@ def test_chat_exits_3_with_the_reason_and_without_the_token(
             status, err = await chat(host.url_with(WRONG))
             assert status == EXIT_CONNECT
             assert REFUSED_401 in err and WRONG not in err
+            status, err = await chat(f"{host.url}?tkn={WRONG}")
+            assert status == EXIT_CONNECT and REFUSED_401 in err and WRONG not in err
             monkeypatch.setenv(TOKEN_ENV, WRONG)
             status, err = await chat(host.url)
             assert status == EXIT_CONNECT and REFUSED_401 in err and WRONG not in err
@@ -312,6 +373,114 @@ def test_chat_exits_3_with_the_reason_and_without_the_token(
             assert WRONG not in err
         status, err = await chat(f"http://127.0.0.1:9/?token={WRONG}")
         assert status == EXIT_USAGE and "token=REDACTED" in err and WRONG not in err
+
+    run(body())
+
+
+def test_chat_exits_3_when_its_reconnect_is_refused() -> None:
+    """The host restarts with a new token in the middle of a turn: chat says so and exits."""
+    async def body() -> None:
+        async with token_host(demo_step=1.0) as host:
+            out, err = io.StringIO(), io.StringIO()
+            # a slow demo turn: chat waits for it until the drop
+            chat = asyncio.ensure_future(run_chat(host.url_with(TOKEN), "hello", out=out,
+                                                  err=err, timeout=TIMEOUT,
+                                                  input_fn=lambda prompt: "n"))
+            endpoint = host.endpoint.endpoint
+            while not endpoint.connections:
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.5)  # the session made and the turn sent
+            host.token = "replaced-Token_0123456789"
+            before = len(host.requests)
+            for connection in list(endpoint.connections):
+                connection.transport.abort()
+            started = asyncio.get_running_loop().time()
+            status = await asyncio.wait_for(chat, TIMEOUT)
+            took = asyncio.get_running_loop().time() - started
+            assert status == EXIT_CONNECT, err.getvalue()
+            assert REFUSED_401 in err.getvalue() and TOKEN not in err.getvalue()
+            assert "[connection lost" in err.getvalue()  # it was under way
+            assert len(host.requests) == before + 1 and took < TIMEOUT / 2
+
+    run(body())
+
+
+def test_a_refused_reconnect_ends_the_client_at_once() -> None:
+    """Issue 28: the host restarted with a new token; no retry loop with growing delays."""
+    # a pause before the attempt, for the waiters to be waiting when the refusal comes
+    pause = ReconnectPolicy(initial_delay=0.3, max_delay=0.3, jitter=0.0,
+                            connect_timeout=TIMEOUT, handshake_timeout=TIMEOUT)
+
+    async def body() -> None:
+        async with token_host() as host, connect(host.url, token=TOKEN,
+                                                 reconnect=pause) as client:
+            await client.initialize([ROOT])
+            with client.events() as events:
+                host.token = "replaced-Token_0123456789"  # serve --new-token, restarted
+                before = len(host.requests)
+                transport = client.transport
+                assert isinstance(transport, WebSocketTransport)
+                transport.abort()
+                await next_of(events, Reconnecting)
+                request = asyncio.ensure_future(client.ping())
+                state = asyncio.ensure_future(client.wait_for_state(ROOT, lambda _s: False,
+                                                                    timeout=TIMEOUT))
+                closed = await next_of(events, Closed)
+                assert isinstance(closed.error, HandshakeRefused)
+                assert closed.error.check == "token" and closed.error.reason == REFUSED_401
+                assert await events.next(TIMEOUT) is None  # the stream ended
+                for waiter in (request, state):
+                    with pytest.raises(HandshakeRefused, match="refused the access token"):
+                        await waiter
+                with pytest.raises(HandshakeRefused):
+                    await client.ping()
+                assert client.closed and isinstance(client.close_error, HandshakeRefused)
+                await asyncio.sleep(1.0)  # long enough for several more attempts
+                assert len(host.requests) == before + 1  # one: refused, never again
+
+    run(body())
+
+
+def test_a_hostile_refusal_body_is_bounded_made_safe_and_never_echoes_the_token() -> None:
+    """A raw socket host: it records the request as sent, and answers 403 with a body that
+    carries terminal escapes, a bidi override, the caller's own token and 100 kB more."""
+    async def body() -> None:
+        heads: list[bytes] = []
+
+        async def refuse(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            head = await reader.readuntil(b"\r\n\r\n")
+            heads.append(head)
+            echoed = next((line.split(b" ", 2)[2] for line in head.split(b"\r\n")
+                           if line.lower().startswith(b"authorization:")), b"")
+            payload = (b"Origin \x1b[31mred\x1b]0;title\x07 \xe2\x80\xae evil\r\nline2 "
+                       + echoed + b" " + b"A" * 100_000)
+            writer.write(b"HTTP/1.1 403 Forbidden\r\nContent-Length: %d\r\n\r\n"
+                         % len(payload) + payload)
+            await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_server(refuse, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            url = f"ws://127.0.0.1:{port}/path?a=1&token={TOKEN}&tkn={WRONG}"
+            with pytest.raises(HandshakeRefused) as refused:
+                await connect(url)
+        finally:
+            server.close()
+            await server.wait_closed()
+        error = refused.value
+        assert error.check == "origin-or-host" and error.status == 403
+        text = str(error)
+        assert TOKEN not in text and WRONG not in text and "REDACTED" in error.detail
+        assert "\x1b" not in text and "\u202e" not in text and "\n" not in text
+        assert text.isprintable() and len(error.detail) <= 200
+        assert error.detail.startswith("Origin ?[31mred?]0;title? ? evil line2 REDACTED AAA")
+        # the server side: one request, its target without the token, which went as Bearer
+        (head,) = heads
+        request_line = head.split(b"\r\n")[0]
+        assert request_line == b"GET /path?a=1 HTTP/1.1"
+        assert f"Authorization: Bearer {TOKEN}".encode() in head
+        assert WRONG.encode() not in head
 
     run(body())
 
@@ -336,7 +505,9 @@ def test_the_websockets_debug_log_never_shows_the_token(caplog: pytest.LogCaptur
     client_lines = [record.getMessage() for record in caplog.records
                     if not record.name.startswith("websockets.server")]
     assert "> Authorization: Bearer REDACTED" in client_lines
-    assert "> GET /?token=REDACTED HTTP/1.1" in client_lines
+    # the token of the URL went in the header too
+    assert "> GET / HTTP/1.1" in client_lines
+    assert not [line for line in client_lines if "token=" in line and "> GET" in line]
     assert not [line for line in client_lines if TOKEN in line]
 
 
@@ -400,10 +571,25 @@ def test_redact_url(text: str, redacted: str) -> None:
 
 def test_url_token() -> None:
     assert url_token("ws://h/?token=abc") == "abc"
+    assert url_token("ws://h/?tkn=abc") == "abc"
+    assert url_token("ws://h/?tkn=x&token=abc") == "abc"  # token= first
+    assert url_token("ws://h/?tkn=&token=") is None
     assert url_token("ws://h/?a=1&token=a%2Fb") == "a/b"
     assert url_token("ws://h/?token=") is None
     assert url_token("ws://h/") is None
     assert url_token("ws://[bad/?token=x") is None
+
+
+def test_a_quoted_host_reason_is_bounded_and_never_shows_a_secret() -> None:
+    from agenthost_protocol.aio.client_errors import _safe_detail
+
+    long_token = "T" * 1000  # longer than what is kept before the cut
+    for body in ((b"x" * 100 + long_token.encode()), ("\u00e9" * 50 + long_token).encode()):
+        shown = _safe_detail(body, (long_token,))
+        assert "TTTT" not in shown and "REDACTED" in shown and len(shown) <= 200
+    assert _safe_detail(b"\x00\x1b[2J  two\n\tlines \xff") == "??[2J two lines \ufffd"
+    assert _safe_detail(b"see ws://h/?token=abc") == "see ws://h/?token=REDACTED"
+    assert len(_safe_detail(b"y" * 10**6)) == 200
 
 
 def test_connect_error_redacts_whatever_it_is_given() -> None:

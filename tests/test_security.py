@@ -108,7 +108,13 @@ def test_policy_checks_host_then_origin_then_token() -> None:
     assert refused is not None and refused.status == 403 and "Origin" in refused.reason
     assert policy.check(f"/?token={TOKEN}", headers_of(host="127.0.0.1",
                                                       origin="https://app.example")) is None
+    # tkn= (VS Code's name) too; any one right candidate among wrong ones admits
+    assert policy.check(f"/?tkn={TOKEN}", ok) is None
+    assert policy.check(f"/?token=wrong&tkn={TOKEN}", ok) is None
+    assert policy.check("/?tkn=wrong", headers_of(host="127.0.0.1",
+                                                  authorization=f"Bearer {TOKEN}")) is None
     for path, auth in (("/", None), ("/?token=wrong", None), ("/?token=", None),
+                       ("/?tkn=wrong", None), ("/?tkn=", None), (f"/?tokn={TOKEN}", None),
                        ("/", "Bearer wrong"), ("/", f"Basic {TOKEN}"),
                        (f"/?token={TOKEN[:-1]}", None)):
         values = {"host": "127.0.0.1"} | ({"authorization": auth} if auth else {})

@@ -27,17 +27,20 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
 from typing import IO, TYPE_CHECKING, Protocol, runtime_checkable
 
 from attrs import field, frozen
 
 from .. import types as t
 from .._version import __version__
-from ..aio.access import AccessPolicy, is_loopback, new_token, url_with_token
+from ..aio.access import AccessPolicy, is_loopback, url_with_token
 from ..aio.server import HostServer, ServerLimits
 from ..host import Host, HostStore, StoreError
 from .demo import DemoAgent
 from .run import AgentService, build_agent_server
+from .settings import SettingsError, replace_token, saved_token
+from .settings import settings_path as default_settings_path
 
 if TYPE_CHECKING:
     from ..aio.capture import CaptureDir
@@ -103,10 +106,17 @@ class ServeOptions:
     agent_env: Mapping[str, str] | None = field(default=None, hash=False)
     """The agent processes' environment (``None``: ours, whole)."""
     token: str | None = field(default=None, repr=False)
-    """The WebSocket access token (``None``: a random one is made at start,
-    unless ``no_token``)."""
+    """The WebSocket access token (``None``: the one saved in the settings file,
+    :mod:`.settings`, made and saved on the first run; none with ``no_token``)."""
     no_token: bool = False
     """Serve WebSocket without a token: only on a loopback address."""
+    new_token: bool = False
+    """Replace the saved token with a new random one (``serve --new-token``): every
+    URL given out before stops working."""
+    settings: str | None = None
+    """The settings file the token is kept in (``None``: the default,
+    :func:`~.settings.settings_path`, in the user's config directory).  Not read in
+    stdio mode, which needs no token."""
     allowed_origins: tuple[str, ...] = field(default=(), converter=_strings)
     """Browser ``Origin`` values allowed to connect (none by default)."""
     allowed_hosts: tuple[str, ...] = field(default=(), converter=_strings)
@@ -150,6 +160,11 @@ class ServeOptions:
     def __attrs_post_init__(self) -> None:
         if self.no_token and self.token is not None:
             raise ValueError("a token and no_token together")
+        if self.new_token and (self.token is not None or self.no_token):
+            raise ValueError("new_token replaces the saved token: not with a token given "
+                             "or no_token")
+        if self.new_token and self.stdio:
+            raise ValueError("new_token with stdio: a stdio host uses no token")
         if self.no_token and not self.stdio and not is_loopback(self.host):
             raise ValueError(f"--no-token serves {self.host} without a token: anyone who "
                              "can reach it could run code here; only a loopback address "
@@ -160,6 +175,35 @@ class ServeOptions:
             raise ValueError("a store and no_store together")
         if self.capture_max_bytes < 1:
             raise ValueError("capture_max_bytes must be positive")
+
+    def settings_path(self) -> Path:
+        """The settings file that keeps the access token."""
+        return Path(self.settings) if self.settings is not None else default_settings_path()
+
+    def access_token(self) -> str | None:
+        """The WebSocket access token: ``token``; none with ``no_token``; else the
+        saved one (made and saved on the first run, replaced with ``new_token``).
+
+        Raises :class:`~.settings.SettingsError` (one line, naming the file)
+        when the settings file cannot be used.
+        """
+        if self.no_token:
+            return None
+        if self.token is not None:
+            return self.token
+        path = self.settings_path()
+        if self.new_token:
+            kept = replace_token(path)
+            log.info("a new access token replaced the saved one in %s: URLs given out "
+                     "before are refused from now on", kept.path)
+        else:
+            kept = saved_token(path)
+            if kept.created:
+                log.info("a new access token was saved in %s: a restart keeps it (serve "
+                         "--new-token replaces it)", kept.path)
+            else:
+                log.info("access token: the one saved in %s", kept.path)
+        return kept.token
 
     def access_policy(self, token: str | None) -> AccessPolicy:
         """The handshake checks for ``token`` and these options."""
@@ -377,7 +421,10 @@ async def serve_host(
     the WebSocket server listens.  At
     the end the agent is closed (its processes stopped), then every
     connection.  Raises :class:`AgentStartError` when the agent cannot
-    start (nothing was served), ``ValueError`` for a command the agent kind
+    start (nothing was served), :class:`~.settings.SettingsError` when the
+    settings file that keeps the token cannot be used (checked before the
+    agent starts),
+    ``ValueError`` for a command the agent kind
     does not take, ``ImportError`` when websockets (WebSocket mode) or the
     ACP extra is missing, ``OSError`` when the address cannot be bound, and
     :class:`~agenthost_protocol.aio.capture.CaptureError` when ``options.capture``
@@ -389,6 +436,9 @@ async def serve_host(
     store = options.open_store()
     log.info("store: %s", options.store_path() or "none (memory only)")
     try:
+        # before the agent starts: a settings file that cannot be used stops nothing
+        # half-way
+        token = None if options.stdio else options.access_token()
         server, agent = build_server(options, clock, store)
     except BaseException:
         if store is not None:
@@ -409,7 +459,7 @@ async def serve_host(
             if options.stdio:
                 await _serve_stdio(server, closer, stop, stdin, stdout)
             else:
-                await _serve_websocket(server, closer, options, stop, ready)
+                await _serve_websocket(server, closer, options, stop, ready, token=token)
         finally:
             try:
                 await closer.close()
@@ -461,13 +511,12 @@ async def _serve_websocket(
     options: ServeOptions,
     stop: asyncio.Event,
     ready: Callable[[str], None] | None,
+    *,
+    token: str | None,
 ) -> None:
     # websockets is optional: stdio mode must work without it
     from ..aio.websocket import serve_websocket  # noqa: PLC0415
 
-    token = options.token
-    if token is None and not options.no_token:
-        token = new_token()
     context = None
     if options.certfile is not None:
         import ssl  # noqa: PLC0415
@@ -550,7 +599,8 @@ def run(options: ServeOptions, out: IO[str] | None = None, err: IO[str] | None =
     Prints ``serving ws://HOST:PORT/?token=...`` (the URL to give clients) as
     the first line on ``out`` (not in stdio mode, where stdout is the
     protocol's).  0 after a clean shutdown,
-    1 when the agent cannot start, websockets (or the ACP extra) is missing,
+    1 when the agent cannot start, the settings file cannot be used,
+    websockets (or the ACP extra) is missing,
     the address cannot be bound, or the capture directory cannot be written.
     """
     out = out if out is not None else sys.stdout
@@ -577,7 +627,7 @@ def run(options: ServeOptions, out: IO[str] | None = None, err: IO[str] | None =
     except KeyboardInterrupt:
         # SIGINT before the handlers were installed: nothing was served yet
         return 0
-    except (AgentStartError, ImportError, ValueError, StoreError) as e:
+    except (AgentStartError, ImportError, ValueError, StoreError, SettingsError) as e:
         print(f"agenthost-protocol serve: {e}", file=err)
         return 1
     except capture_errors as e:

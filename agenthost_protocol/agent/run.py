@@ -91,15 +91,19 @@ def run(
     stdio: bool = False,
     token: str | None = None,
     no_token: bool = False,
+    new_token: bool = False,
     store: str | None = None,
     no_store: bool = False,
 ) -> int:
     """Serve ``agent`` until SIGINT/SIGTERM (or, with ``stdio``, the end of stdin);
-    prints ``serving ws://HOST:PORT/?token=...`` first.  Sessions are kept in the
-    SQLite file ``store`` (default: ``serve``'s, in the user's data directory)
+    prints ``serving ws://HOST:PORT/?token=...`` first.  The token is ``token``,
+    else the one ``serve`` keeps in its settings file (made on the first run, so a
+    restart prints the same URL; ``new_token`` replaces it).  Sessions are kept in
+    the SQLite file ``store`` (default: ``serve``'s, in the user's data directory)
     unless ``no_store``.  Returns the exit status."""
     from .hosting import ServeOptions  # noqa: PLC0415
     from .hosting import run as serve  # noqa: PLC0415
 
     return serve(ServeOptions(host=host, port=port, stdio=stdio, token=token, no_token=no_token,
-                              store=store, no_store=no_store, agent_object=agent))
+                              new_token=new_token, store=store, no_store=no_store,
+                              agent_object=agent))

@@ -15,8 +15,14 @@ checked before anything of AHP is spoken:
    ``Origin`` not in ``allowed_origins`` is refused (403).
 3. **Token.**  When the policy has a token, the handshake must carry it as
    the ``token`` query parameter (``ws://127.0.0.1:8765/?token=...``, a URL
-   any client can open as it is) or as ``Authorization: Bearer ...``;
-   otherwise 401.  Compared in constant time.
+   any client can open as it is), as ``tkn`` (the name VS Code's agent-host
+   URLs use), or as ``Authorization: Bearer ...``; otherwise 401 (with
+   ``WWW-Authenticate: Bearer``).  Every candidate is compared, each in
+   constant time.
+
+A refusal of the Host or Origin check is 403 and one of the token is 401, so
+a client can tell "you may not connect from there" from "wrong token"; the
+response body is a one-line reason (:attr:`Refusal.reason`).
 
 Pure: :meth:`AccessPolicy.check` takes the request's path and headers and
 says what to answer; :mod:`.websocket` applies it.
@@ -33,7 +39,14 @@ from urllib.parse import parse_qs, quote, urlsplit
 
 from attrs import field, frozen
 
-__all__ = ["AccessPolicy", "Refusal", "is_loopback", "new_token", "url_with_token"]
+__all__ = [
+    "TOKEN_PARAMETERS",
+    "AccessPolicy",
+    "Refusal",
+    "is_loopback",
+    "new_token",
+    "url_with_token",
+]
 
 TOKEN_BYTES: Final = 32
 """Random bytes in a token :func:`new_token` makes (256 bits)."""
@@ -133,14 +146,18 @@ class AccessPolicy:
                            "(allow it with --allow-origin)")
         if self.token is not None and not _token_ok(self.token, path, header("Authorization")):
             return Refusal(status=401, reason="a valid access token is required: the token= "
-                           "of the URL serve printed, or Authorization: Bearer")
+                           "(or tkn=) of the URL serve printed, or Authorization: Bearer")
         return None
 
+
+TOKEN_PARAMETERS: Final = ("token", "tkn")
+"""The query parameters a handshake may carry the token in (``tkn``: VS Code's name)."""
 
 
 def _token_ok(token: str, path: str, authorization: str | None) -> bool:
     expected = token.encode("utf-8")
-    offered: list[str] = parse_qs(urlsplit(path).query).get("token", [])
+    query = parse_qs(urlsplit(path).query)
+    offered: list[str] = [value for name in TOKEN_PARAMETERS for value in query.get(name, [])]
     if authorization is not None:
         scheme, _, credentials = authorization.strip().partition(" ")
         if scheme.lower() == "bearer":

@@ -24,7 +24,9 @@ in the sans-I/O layer.  ::
 * a reconnect supervisor (:class:`ReconnectPolicy`) resumes a dropped
   connection with ``reconnect`` (exponential backoff with jitter), reports
   the pending actions it dropped and re-sends them on request, and starts
-  afresh with ``initialize`` when the host forgot the client;
+  afresh with ``initialize`` when the host forgot the client; a handshake
+  the host refuses for good (:class:`HandshakeRefused`: the token, the
+  Origin or the Host) ends it at once, never retried;
 * :func:`connect` speaks WebSocket, :func:`connect_stdio` JSON Lines to a
   host process it spawns.
 
@@ -103,6 +105,8 @@ from .client_errors import (
     ClientTimeout,
     ConnectError,
     ConnectionClosedError,
+    HandshakeCheck,
+    HandshakeRefused,
     HostProtocolError,
     RequestError,
     RequestTimeout,
@@ -172,6 +176,8 @@ __all__ = [
     "DispatchedAction",
     "EventStream",
     "EventsDropped",
+    "HandshakeCheck",
+    "HandshakeRefused",
     "HostProtocolError",
     "MessageTransport",
     "NotificationReceived",
@@ -246,6 +252,10 @@ class ReconnectPolicy:
     ``jitter`` is taken off (``jitter=1`` is "full jitter", ``0`` none), so
     that clients dropped together do not come back together.  ``rng`` draws
     the jitter (inject a seeded ``random.Random`` in tests).
+
+    An attempt the host refuses with :class:`HandshakeRefused` (HTTP 401 or
+    403) is the last: the client closes with that error, whatever
+    ``max_attempts`` says.
     """
 
     initial_delay: float = 0.25
@@ -861,7 +871,11 @@ class AsyncClient:
     def _deadline(limit: float | None) -> float | None:
         return None if limit is None else asyncio.get_running_loop().time() + limit
 
-    def _closed_error(self) -> ConnectionClosedError:
+    def _closed_error(self) -> ClientError:
+        refused = self._close_error
+        if isinstance(refused, HandshakeRefused):
+            # the cause, to whoever asks: "the host refused the token", not "closed"
+            return refused.again()
         return ConnectionClosedError(
             f"the client is closed ({self._close_reason})" if self._close_reason
             else "the client is closed"
@@ -1245,7 +1259,8 @@ class AsyncClient:
         self._close_error = error
         for future in self._waiting.values():
             if not future.done():
-                future.set_exception(ConnectionClosedError(reason))
+                future.set_exception(error.again() if isinstance(error, HandshakeRefused)
+                                     else ConnectionClosedError(reason))
         self._waiting.clear()
         for handle in self._handles.values():
             handle._drop(f"the client closed: {reason}")
@@ -1301,6 +1316,11 @@ class AsyncClient:
             await asyncio.sleep(delay)
             try:
                 transport = await asyncio.wait_for(self._opener(), policy.connect_timeout)
+            except HandshakeRefused as e:
+                # final: the same handshake is refused again however long we wait
+                log.warning("%s: %s; not reconnecting", self._target, e.reason)
+                self._finish(e, str(e))
+                return None
             except ConnectError as e:
                 last_error = e.reason
                 continue
@@ -1456,18 +1476,23 @@ def connect(
 
     ``token`` is the host's access token (``agenthost-protocol serve`` wants
     one).  It is taken from, in this order: the ``token`` argument; a
-    ``token`` query parameter of ``url`` (the URL ``serve`` prints,
-    ``ws://127.0.0.1:8765/?token=...``, which then goes to the host as it
-    is); the environment variable ``AHP_TOKEN`` (if non-empty), read now.  A
-    token from the argument or ``AHP_TOKEN`` is sent as ``Authorization:
-    Bearer <token>`` with every upgrade request, reconnects included (a
-    ``token`` query parameter is then left out of the URL, so the host sees
-    one token).  An ``Authorization`` header in ``headers`` is the caller's
-    own authentication: ``AHP_TOKEN`` is then ignored, and giving ``token``
-    as well raises ``ValueError`` (as does a token with spaces or control
-    characters).  The token never appears in messages or log lines
-    (:func:`redact_url`); a host that refuses it raises :class:`ConnectError`
-    with ``status`` 401.
+    ``token`` (else ``tkn``) query parameter of ``url`` (the URL ``serve``
+    prints, ``ws://127.0.0.1:8765/?token=...``); the environment variable
+    ``AHP_TOKEN`` (if non-empty), read now.  Wherever it comes from, it is
+    sent as ``Authorization: Bearer <token>`` with every upgrade request,
+    reconnects included, and every ``token`` / ``tkn`` query parameter is
+    left out of the URL: the request target, which servers and proxies log,
+    never holds it, and the host sees one token.  An ``Authorization`` header
+    in ``headers`` is the caller's own authentication: ``AHP_TOKEN`` is then
+    ignored, and a ``token`` argument or a token in the URL as well raises
+    ``ValueError`` (as does a token with spaces or control characters).  The
+    token never appears in messages or log lines (:func:`redact_url`).
+
+    A handshake the host refuses for good raises :class:`HandshakeRefused`
+    (a :class:`ConnectError`): ``check`` is ``"token"`` (HTTP 401) or
+    ``"origin-or-host"`` (HTTP 403).  The client never retries one: a
+    reconnect refused so (the host restarted with ``serve --new-token``)
+    closes the client at once, and waiting requests raise it.
     """
     token, source = _websocket_token(url, token, headers)
     # checked now, not at the first open: a bad token is the caller's mistake

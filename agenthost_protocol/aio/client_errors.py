@@ -12,6 +12,7 @@ peer's.
 
     ClientError
     +-- ConnectError            the transport could not be opened
+    |   +-- HandshakeRefused    ... the host refused the handshake for good (401, 403)
     +-- ConnectionClosedError   the connection is gone (before an answer came, or for good)
     +-- HostProtocolError       the host broke the protocol
     +-- ClientTimeout           (also a TimeoutError) nothing came in time
@@ -25,8 +26,8 @@ peer's.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from typing import Final
+from collections.abc import Iterable, Sequence
+from typing import Final, Literal, TypeAlias
 
 from ..reconciler import PendingAction, Rejection
 from ..types import AhpErrorCode, JsonRpcError, UnsupportedProtocolVersionErrorData
@@ -38,6 +39,8 @@ __all__ = [
     "ClientTimeout",
     "ConnectError",
     "ConnectionClosedError",
+    "HandshakeCheck",
+    "HandshakeRefused",
     "HostProtocolError",
     "RequestError",
     "RequestTimeout",
@@ -98,6 +101,82 @@ class ConnectError(ClientError):
         self.reason = reason
         self.status = status
         """The HTTP status the host refused the WebSocket handshake with (401 ...), or ``None``."""
+
+
+HandshakeCheck: TypeAlias = Literal["token", "origin-or-host"]
+"""Which check of the host refused a WebSocket handshake: the access token (HTTP 401),
+or the ``Origin`` or ``Host`` header (HTTP 403)."""
+
+_TOKEN_ENV: Final = "AHP_TOKEN"
+_DETAIL_CHARS: Final = 200
+"""The most characters of the host's own reason a :class:`HandshakeRefused` quotes."""
+
+
+def _safe_detail(body: bytes | str, secrets: Iterable[str] = ()) -> str:
+    """A peer's free text, fit to quote in one line of a message: at most
+    :data:`_DETAIL_CHARS` characters, whitespace runs made one space, every
+    other unprintable character (control, bidi override ...) shown as ``?``,
+    and each of ``secrets`` (the token we sent, which a hostile host may echo)
+    replaced by ``REDACTED``."""
+    secrets = [secret for secret in secrets if secret]
+    # bounded before any work on it (the body may be large), but never cutting a secret
+    # that starts in what is shown
+    keep = _DETAIL_CHARS * 4 + max((len(secret) for secret in secrets), default=0)
+    raw = body[: keep * 4] if isinstance(body, bytes) else body
+    text = (raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw)[:keep]
+    for secret in secrets:
+        text = text.replace(secret, _REDACTED)
+    text = " ".join(text.split())
+    text = "".join(char if char.isprintable() else "?" for char in text)
+    if len(text) > _DETAIL_CHARS:
+        text = text[: _DETAIL_CHARS - 1].rstrip() + "…"
+    return redact_url(text)
+
+
+class HandshakeRefused(ConnectError):
+    """The host refused the WebSocket handshake, for a reason retrying cannot mend.
+
+    ``check`` says which check: ``"token"`` (HTTP 401: the access token is
+    missing or is not the host's, e.g. after ``serve --new-token``) or
+    ``"origin-or-host"`` (HTTP 403: the ``Origin`` header is not allowed, or
+    the ``Host`` header does not name the server; ``detail``, the host's own
+    one-line reason, says which).  :class:`~agenthost_protocol.aio.client.AsyncClient`
+    does not reconnect after it: the first connect raises it, and a reconnect
+    refused so closes the client with it (requests and waits raise it; event
+    streams end with a ``Closed`` that carries it).
+
+    The message says which check refused and what to do; it never holds the
+    token.  The host's reason is quoted (``origin-or-host`` only) bounded to
+    200 characters and made printable.
+    """
+
+    def __init__(self, target: str, *, check: HandshakeCheck, status: int,
+                 detail: str = "", token_sent: bool = False) -> None:
+        self.check: HandshakeCheck = check
+        """``"token"`` (401) or ``"origin-or-host"`` (403)."""
+        self.detail = _safe_detail(detail)
+        """The host's reason (the response body), made safe; may be empty."""
+        self.token_sent = token_sent
+        """Whether the handshake carried a token (``check == "token"``: a wrong one)."""
+        super().__init__(target, self._advice(status), status=status)
+
+    def _advice(self, status: int) -> str:
+        if self.check == "token":
+            if self.token_sent:
+                return (f"the host refused the access token (HTTP {status}): it is not the "
+                        "host's token (serve --new-token replaces it); use the URL serve "
+                        f"printed last, with its ?token=, or set {_TOKEN_ENV} to its token")
+            return (f"the host wants an access token (HTTP {status}): pass the URL serve "
+                    f"printed, with its ?token=, or set {_TOKEN_ENV}")
+        said = f' (the host says: "{self.detail}")' if self.detail else ""
+        return (f"the host refused this connection's Origin or Host header (HTTP {status})"
+                f"{said}: a browser page's origin needs serve --allow-origin, a host name "
+                "other than localhost or an IP address needs serve --allow-host")
+
+    def again(self) -> HandshakeRefused:
+        """The same refusal, as a new exception (each waiter raises its own)."""
+        return HandshakeRefused(self.target, check=self.check, status=self.status or 0,
+                                detail=self.detail, token_sent=self.token_sent)
 
 
 class ConnectionClosedError(ClientError):

@@ -30,7 +30,13 @@ import urllib.parse
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import IO, TYPE_CHECKING, Final, Protocol, TypeAlias
 
-from .client_errors import ConnectError, redact_url
+from .client_errors import (
+    ConnectError,
+    HandshakeCheck,
+    HandshakeRefused,
+    _safe_detail,
+    redact_url,
+)
 
 if TYPE_CHECKING:
     from ssl import SSLContext
@@ -456,25 +462,35 @@ class WebSocketTransport:
 # -- access tokens --------------------------------------------------------------------
 
 
+_URL_TOKEN_KEYS: Final = ("token", "tkn")
+"""The query parameters that carry a host's access token (``tkn``: VS Code's name)."""
+
+
 def url_token(url: str) -> str | None:
-    """The value of the ``token`` query parameter of ``url``; ``None`` if none (or empty)."""
+    """The access token a URL carries: its ``token`` query parameter, else its ``tkn``
+    one (the name VS Code's agent-host URLs use); ``None`` if none (or empty)."""
     try:
         query = urllib.parse.urlsplit(url).query
     except ValueError:
         return None  # not a URL: open_websocket says so, better than here
-    for key, value in urllib.parse.parse_qsl(query, keep_blank_values=True):
-        if key == "token" and value:
-            return value
+    pairs = urllib.parse.parse_qsl(query, keep_blank_values=True)
+    for name in _URL_TOKEN_KEYS:
+        for key, value in pairs:
+            if key == name and value:
+                return value
     return None
 
 
 def _without_url_token(url: str) -> str:
-    if url_token(url) is None:
+    """``url`` without its ``token`` and ``tkn`` query parameters (empty ones too)."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:
         return url
-    parts = urllib.parse.urlsplit(url)
-    query = [(key, value)
-             for key, value in urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
-             if key != "token"]
+    pairs = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+    if not any(key in _URL_TOKEN_KEYS for key, _ in pairs):
+        return url
+    query = [(key, value) for key, value in pairs if key not in _URL_TOKEN_KEYS]
     return urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(query)))
 
 
@@ -494,10 +510,19 @@ def _has_authorization(headers: Mapping[str, str] | None) -> bool:
 
 def _authorized(url: str, token: str | None, headers: Mapping[str, str] | None,
                 source: str = "the token") -> tuple[str, dict[str, str] | None]:
-    """The URL and the headers of an upgrade request that carries ``token``."""
+    """The URL and the headers of an upgrade request that carries ``token``, else the
+    token of ``url`` (``token=`` or ``tkn=``).
+
+    The token goes in ``Authorization: Bearer`` and every ``token=`` / ``tkn=``
+    leaves the URL: the request target, which proxies and servers log, never
+    holds it.
+    """
     merged = dict(headers) if headers else {}
     if token is None:
-        return url, merged or None
+        token = url_token(url)
+        source = "the token of the URL"
+        if token is None:
+            return _without_url_token(url), merged or None
     _check_token(token, source)
     if _has_authorization(headers):
         raise ValueError("give the access token either as token= or in an Authorization "
@@ -531,11 +556,19 @@ _WS_LOGGER: Final = logging.getLogger("websockets.client.agenthost_protocol")
 _WS_LOGGER.addFilter(_RedactSecrets())
 
 _REFUSALS: Final = {
-    401: "the host refused the token (HTTP 401): pass the URL serve printed, with its "
-         f"?token=, or set {TOKEN_ENV}",
-    403: "the host refused this connection (HTTP 403): its Origin or Host is not allowed",
     503: "the host is at its connection limit (HTTP 503)",
 }
+_FINAL_REFUSALS: Final[dict[int, HandshakeCheck]] = {401: "token", 403: "origin-or-host"}
+"""The statuses no retry can mend, and the check each names (:class:`HandshakeRefused`)."""
+
+
+def _bearer(headers: Mapping[str, str] | None) -> str | None:
+    """The credentials of the request's ``Authorization`` header (``None``: none)."""
+    for key, value in (headers or {}).items():
+        if key.lower() == "authorization":
+            scheme, _, credentials = value.strip().partition(" ")
+            return credentials.strip() or scheme
+    return None
 
 
 def _refusal(status: int, phrase: str) -> str:
@@ -573,17 +606,21 @@ async def open_websocket(
 
     ``headers`` go with the HTTP upgrade request (where the transport spec puts
     endpoint authentication).  ``token``, the host's access token, goes there
-    as ``Authorization: Bearer <token>`` (a ``token`` query parameter of
-    ``url`` is then left out); it raises ``ValueError`` if ``headers`` has an
-    ``Authorization`` already.  ``token=None`` adds nothing: a token in the
-    URL's query is sent as it is.  (:func:`~agenthost_protocol.aio.client.connect`
+    as ``Authorization: Bearer <token>`` (``token`` and ``tkn`` query
+    parameters of ``url`` are then left out); it raises ``ValueError`` if
+    ``headers`` has an ``Authorization`` already.  With ``token=None`` the
+    URL's own token (``token=``, else ``tkn=``) goes in that header instead,
+    and leaves the URL: the request target never holds a token.
+    (:func:`~agenthost_protocol.aio.client.connect`
     also looks at ``AHP_TOKEN``; this function does not.)  ``ping_interval`` /
     ``ping_timeout`` are WebSocket ping frames that notice a vanished host
     (``None``: off).
 
     Raises :class:`ConnectError` when the connection cannot be made; a
-    handshake the host refuses with an HTTP status sets its ``status`` (401:
-    the token; 403: the Origin or Host; 503: the connection limit).  Raises
+    handshake the host refuses with an HTTP status sets its ``status`` (503:
+    the connection limit ...).  A refusal no retry can mend raises its
+    subclass :class:`~agenthost_protocol.aio.client_errors.HandshakeRefused`:
+    401 (the token) or 403 (the Origin or Host).  Raises
     ``ImportError`` (naming the ``ws`` extra) without ``websockets``.
     Messages and log lines show the URL through :func:`redact_url`.
     """
@@ -614,8 +651,15 @@ async def open_websocket(
         )
     except InvalidStatus as e:
         response = e.response
-        raise ConnectError(url, _refusal(response.status_code, response.reason_phrase),
-                           status=response.status_code) from None
+        status = response.status_code
+        if status in _FINAL_REFUSALS:
+            sent = _bearer(request_headers)
+            # a hostile host may echo what it got: the token never reaches the message
+            detail = _safe_detail(bytes(response.body or b""), (sent,) if sent else ())
+            raise HandshakeRefused(url, check=_FINAL_REFUSALS[status], status=status,
+                                   detail=detail, token_sent=sent is not None) from None
+        raise ConnectError(url, _refusal(status, response.reason_phrase),
+                           status=status) from None
     except InvalidURI as e:
         raise ConnectError(url, f"not a WebSocket URL ({e.msg})") from None
     except (asyncio.TimeoutError, TimeoutError):

@@ -10,8 +10,10 @@ overflows; shutdown closes with 1001 (going away) after the queued messages.
 
 Before any of that, the HTTP upgrade request is checked against an
 :class:`~agenthost_protocol.aio.access.AccessPolicy` (Host, Origin, access
-token): a refused handshake gets 403 or 401 and never reaches the host; 503
-when the server serves ``max_connections`` already.
+token): a refused handshake never reaches the host.  It gets 401 with
+``WWW-Authenticate: Bearer`` for the token, 403 for the Host or the Origin
+(told apart, so a client knows which to fix), each with the one-line reason
+as its body; 503 when the server serves ``max_connections`` already.
 
 Built on the asyncio API of ``websockets`` (13 or later); this module is
 the only one that imports it.

@@ -67,6 +67,7 @@ from ..aio.client import (
     ConnectionLost,
     DispatchedAction,
     EventStream,
+    HandshakeRefused,
     ReconnectPolicy,
     Reinitialized,
     RequestError,
@@ -664,6 +665,8 @@ class _Chat:
                 continue
             break
         if event is None:
+            if isinstance(client.close_error, HandshakeRefused):
+                raise client.close_error  # a reconnect refused: exits 3 with its message
             raise ConnectionClosedError(client.close_reason or "the connection closed")
         if isinstance(event, ConnectionLost):
             self.transcript.note(f"[connection lost: {event.reason}"

@@ -19,14 +19,19 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     serve: argparse.ArgumentParser = sub.add_parser(
         "serve",
         help="run an AHP 0.7.0 host with the demo agent or an ACP/pi/xcsh agent process",
-        usage="%(prog)s [options] [--agent {demo,acp,pi,xcsh}] [-- COMMAND [ARGS ...]]",
-        description="Run a real AHP 0.7.0 host. By default its agent is a built-in "
-        "deterministic demo: any conforming client can create sessions, start turns and "
-        "confirm or deny its tool call. With --agent acp, pi or xcsh, the agent is "
-        "COMMAND ARGS (after --), spawned over stdio: one ACP process for every session, "
-        "or one pi/xcsh process in RPC mode per session. Prints 'serving ws://HOST:PORT' "
-        "first; logs go to stderr. SIGINT or SIGTERM stops the agent processes, closes "
-        "every connection and exits 0; exit 1 when it cannot start (the agent included), "
+        usage="%(prog)s [options] [--agent {demo,acp,pi,xcsh,MODULE:ATTR}] "
+        "[-- COMMAND [ARGS ...]]",
+        description="Run a real AHP 0.7.0 host; it prints 'serving "
+        "ws://HOST:PORT/?token=TOKEN' first, the URL to give clients (TOKEN is kept in "
+        "the settings file: a restart prints the same URL). By default its agent is a "
+        "built-in deterministic demo: any conforming client can create sessions, start "
+        "turns and confirm or deny its tool call. With --agent acp, pi or xcsh, the agent "
+        "is COMMAND ARGS (after --), spawned over stdio: one ACP process for every "
+        "session, or one pi/xcsh process in RPC mode per session; with --agent "
+        "MODULE:ATTR, an Agent of yours. Logs go to stderr. SIGINT or SIGTERM stops the "
+        "agent processes, closes "
+        "every connection and exits 0; exit 1 when it cannot start (the agent or the "
+        "settings file included), "
         "2 for a usage error. See docs/serve.md.",
     )
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on "
@@ -34,7 +39,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=8765,
                        help="TCP port (default 8765; 0: any free port, printed)")
     serve.add_argument("--stdio", action="store_true",
-                       help="serve one connection on stdin/stdout as JSON Lines instead")
+                       help="serve one connection on stdin/stdout as JSON Lines instead "
+                       "(no token: the settings file is neither read nor made)")
     serve.add_argument("--log-level", choices=LOG_LEVELS, default="info",
                        help="logging level on stderr (default info)")
     serve.add_argument("--max-message-size", type=positive_int, default=16 * 1024 * 1024,
@@ -63,12 +69,19 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                        "Capturing traffic)")
     security = serve.add_argument_group(
         "access (docs/serve.md, Security)",
-        "A WebSocket handshake must carry the access token (the URL's token= or "
-        "Authorization: Bearer), name this server in its Host header, and carry no Origin "
-        "header unless that origin is allowed. By default a random token is made and "
-        "printed in the URL; AHP_TOKEN in the environment gives one instead.")
+        "A WebSocket handshake must carry the access token (the URL's token= or tkn=, or "
+        "Authorization: Bearer; else HTTP 401), name this server in its Host header and "
+        "carry no Origin header unless that origin is allowed (else HTTP 403). The token "
+        "is made on the first run and kept in settings.json of the user's config "
+        "directory (e.g. ~/.config/agenthost-protocol/, mode 0600), so a restart prints "
+        "the same URL; --new-token replaces it. --token-file, else AHP_TOKEN in the "
+        "environment, give one instead. --stdio uses no token.")
     security.add_argument("--token-file", metavar="PATH",
                           help="read the access token from PATH (its first line)")
+    security.add_argument("--new-token", action="store_true",
+                          help="replace the saved token with a new random one and serve "
+                          "it (the new URL is printed): every URL given out before is "
+                          "refused from then on")
     security.add_argument("--no-token", action="store_true",
                           help="ask for no token (loopback addresses only; any program on "
                           "this machine can then drive the agent)")
@@ -153,7 +166,20 @@ class _ServerLimitDefaults:
 
 
 def _read_token(args: argparse.Namespace, parser: argparse.ArgumentParser) -> str | None:
-    """The token asked for: ``--token-file``, else ``AHP_TOKEN``, else ``None`` (make one)."""
+    """The token asked for: ``--token-file``, else ``AHP_TOKEN``, else ``None`` (the saved
+    one, made on the first run)."""
+    if args.new_token:
+        if args.no_token:
+            parser.error("--new-token and --no-token contradict each other")
+        if args.token_file is not None:
+            parser.error("--new-token and --token-file contradict each other: the token "
+                         "file's token would be served, not the new one")
+        if args.stdio:
+            parser.error("--new-token with --stdio: a stdio host uses no token")
+        if os.environ.get("AHP_TOKEN", "").strip():
+            parser.error("--new-token: AHP_TOKEN is set, and it would be served instead of "
+                         "the new token; unset AHP_TOKEN first")
+        return None
     if args.token_file is not None:
         if args.no_token:
             parser.error("--token-file and --no-token contradict each other")
@@ -238,6 +264,7 @@ def serve_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
         agent_command=tuple(command),
         token=token,
         no_token=args.no_token,
+        new_token=args.new_token,
         allowed_origins=tuple(args.allow_origin),
         allowed_hosts=tuple(args.allow_host),
         certfile=args.certfile,

@@ -161,6 +161,7 @@ async def serving(package_root: Path, scratch: Path, name: str) -> AsyncIterator
     """An ``agenthost-protocol serve`` of the package in ``package_root``; killed at the end."""
     env = dict(os.environ)
     env["PYTHONPATH"] = str(package_root)
+    env["XDG_CONFIG_HOME"] = str(scratch / "config")  # serve's token: not the user's
     with (scratch / f"{name}.stderr").open("wb") as log:
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "agenthost_protocol.cli", "serve", "--port", "0",

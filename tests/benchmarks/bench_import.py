@@ -192,6 +192,8 @@ def main() -> None:
         shutil.copytree(ROOT / "examples", Path(cwd) / "examples")
         for name, env in variants.items():
             env["XDG_DATA_HOME"] = str(Path(cwd) / f"data-{name}")  # the default store
+            # serve's settings file (its token): never the real config directory
+            env["XDG_CONFIG_HOME"] = str(Path(cwd) / f"config-{name}")
         chats = {name: _start_serve(["--no-store", "--agent", CHAT_AGENT], env, cwd)
                  for name, env in variants.items()}
         try:

@@ -96,8 +96,9 @@ def run(
 ) -> int:
     """Serve ``agent`` until SIGINT/SIGTERM (or, with ``stdio``, the end of stdin);
     prints ``serving ws://HOST:PORT/?token=...`` first.  Sessions are kept in the
-    SQLite file ``store`` (default: ``serve``'s, in the user's data directory)
-    unless ``no_store``.  Returns the exit status."""
+    SQLite file ``store`` (default: ``PROVIDER.sqlite3`` in the user's data
+    directory, the agent's provider naming it, as ``serve --agent module:attr``
+    does) unless ``no_store``.  Returns the exit status."""
     from .hosting import ServeOptions  # noqa: PLC0415
     from .hosting import run as serve  # noqa: PLC0415
 

@@ -12,7 +12,7 @@ import contextlib
 import json
 import os
 import sys
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -96,10 +96,17 @@ async def add_turns(client: AsyncClient, session: str, count: int,
             chat, lambda s: isinstance(s, t.ChatState) and s.active_turn is not None
             and len(s.active_turn.response_parts) > 0, confirmed=True, timeout=TIMEOUT)
         await client.dispatch(chat, t.ChatTurnCancelledAction(turn_id=turn_id, duration=0))
-        await client.wait_for_state(
-            chat, lambda s, n=n: isinstance(s, t.ChatState) and s.active_turn is None
-            and len(s.turns) == n + 1, confirmed=True, timeout=TIMEOUT)
+        await client.wait_for_state(chat, ended_turns(n + 1), confirmed=True,
+                                    timeout=TIMEOUT)
     await asyncio.sleep(0.01)  # a later modifiedAt than anything before
+
+
+def ended_turns(count: int) -> Callable[[t.SnapshotState], bool]:
+    def ended(state: t.SnapshotState) -> bool:
+        return (isinstance(state, t.ChatState) and state.active_turn is None
+                and len(state.turns) == count)
+
+    return ended
 
 
 async def set_title(client: AsyncClient, session: str, title: str) -> None:
@@ -139,7 +146,7 @@ def test_list_is_newest_first_paged_with_turns_and_hostile_titles_safe(tmp_path:
             for raw in ("\x1b", "\x07", "\u202e", "\x9b", "\r"):
                 assert raw not in out
             assert out.count("\n") == 3 and out.count("\t") == 3 * 5
-            assert "\\x1b]0;pwned\\x07evil tab new line\\u202eeliforp\\x9b2J" == hostile
+            assert hostile == "\\x1b]0;pwned\\x07evil tab new line\\u202eeliforp\\x9b2J"
 
             status, out, err = await cli("sessions", "list", url, "--json", "--page-size", "2")
             assert status == 0, err

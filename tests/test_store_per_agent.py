@@ -22,8 +22,9 @@ import pytest
 from agenthost_protocol import types as t
 from agenthost_protocol.agent.driver import NOT_SERVED
 from agenthost_protocol.agent.hosting import AgentKind, ServeOptions, program_name
-from agenthost_protocol.aio.client import AsyncClient, connect
+from agenthost_protocol.aio.client import AsyncClient, RequestError, connect
 from agenthost_protocol.sqlite_store import SQLiteStore
+from agenthost_protocol.types.error_codes import AhpErrorCode, JsonRpcErrorCode
 
 from ._aio_peer import REPO, TIMEOUT, child_env, serve_command, serving, stop
 
@@ -242,6 +243,14 @@ async def refused(client: AsyncClient, session: str, provider: str, served: str)
     assert isinstance(queued, t.ChatState)
     assert queued.turns[-1].error is not None
     assert queued.turns[-1].error.error_type == NOT_SERVED
+    # no new chat in it either (an agent of one chat per session refuses any)
+    with pytest.raises(RequestError) as refusal:
+        await client.create_chat(session, "ahp-chat:/another")
+    assert refusal.value.code in (AhpErrorCode.PROVIDER_NOT_FOUND, JsonRpcErrorCode.INVALID_PARAMS)
+    if served == "reverse":  # the agent layer's agents have several chats a session
+        assert refusal.value.code == AhpErrorCode.PROVIDER_NOT_FOUND
+    if refusal.value.code == AhpErrorCode.PROVIDER_NOT_FOUND:
+        assert f"provider {provider!r}" in refusal.value.error.message
 
 
 def test_an_agent_layer_host_refuses_a_turn_in_another_providers_session(

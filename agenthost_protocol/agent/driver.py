@@ -679,7 +679,13 @@ class AgentDriver:
         params = event.params
         if not isinstance(params, t.CreateChatParams):
             raise LocalProtocolError(f"{event.method} is not createChat")
-        if self._one_chat_only(event) or self.host.answer_create_chat(event) is None:
+        if self._one_chat_only(event):
+            return
+        refusal = self._not_ours(params.channel)
+        if refusal is not None:
+            event.responder.error(AhpErrorCode.PROVIDER_NOT_FOUND, refusal)
+            return
+        if self.host.answer_create_chat(event) is None:
             return
         self._owner[params.chat] = params.channel
         self._announce(params.channel)

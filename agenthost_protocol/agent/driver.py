@@ -225,14 +225,19 @@ class AgentDriver:
         if not isinstance(state, t.ChatState):
             return
         turn = state.active_turn
-        if turn is None and state.queued_messages:
-            first = state.queued_messages[0]
-            self.host.dispatch(chat, t.ChatPendingMessageRemovedAction(
-                kind=t.PendingMessageKind.QUEUED, id=first.id))
-            self._server_turn(chat, first.message, queued_id=first.id)
+        if turn is None:
+            # each queued message in order (their number bounds the loop): none stays
+            for _ in range(len(state.queued_messages or ())):
+                state = self.host.state(chat)
+                if (not isinstance(state, t.ChatState) or state.active_turn is not None
+                        or not state.queued_messages):
+                    break
+                first = state.queued_messages[0]
+                self.host.dispatch(chat, t.ChatPendingMessageRemovedAction(
+                    kind=t.PendingMessageKind.QUEUED, id=first.id))
+                self._server_turn(chat, first.message, queued_id=first.id)
             return
-        if (turn is None or not isinstance(action, t.ChatTurnStartedAction)
-                or turn.id != action.turn_id):
+        if not isinstance(action, t.ChatTurnStartedAction) or turn.id != action.turn_id:
             return
         log.info("turn %s of %s refused: %s", turn.id, chat, reason)
         self.dispatch_chat(chat, t.ChatErrorAction(

@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import sys
+import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
 from typing import Any
@@ -241,8 +242,10 @@ def test_exit_statuses_usage_connect_token_and_timeout(tmp_path: Path) -> None:
             wrong = url.split("?")[0] + "?token=wrong"
             env = child_env()
             env.pop("AHP_TOKEN", None)
+            started = time.monotonic()
             status, _out, err = await cli("sessions", wrong, "--timeout", "5", env=env)
             assert status == 3, err
+            assert time.monotonic() - started < 10  # refused: not retried until a timeout
             assert err.startswith("agenthost-protocol sessions: ") and "Traceback" not in err
             # the token from the environment
             env["AHP_TOKEN"] = url.split("token=")[1]

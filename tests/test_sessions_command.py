@@ -190,6 +190,11 @@ def test_show_prints_the_default_chat_and_rm_disposes(tmp_path: Path) -> None:
             status, out, err = await cli("sessions", "show", url, "abcx")
             assert status == 0
             status, out, err = await cli("sessions", "show", url, "abc")
+            assert status == 1 and out == "" and "names 2 sessions" in err
+            status, out, err = await cli("sessions", "show", url, "z")  # as chat --session
+            assert status == 0 and out.startswith("> "), err
+            # rm: a prefix of 4 characters at least (it cannot be undone)
+            status, out, err = await cli("sessions", "rm", url, "zzz")
             assert status == 2 and out == "" and "too short" in err
             status, out, err = await cli("sessions", "rm", url, "abcdef", "abcx", "nope")
             assert status == 1

@@ -193,10 +193,11 @@ def add_sessions_parser(sub: Any) -> argparse.ArgumentParser:
         description="List the sessions of an AHP host, the most recently changed first, one "
         "line each: URI, last change, status, turns, provider, title, tab-separated "
         "(list, the default); print a session's default chat (show); dispose of sessions "
-        "(rm). SESSION is a URI as listed, or at least 4 characters that begin the last "
-        "segment of exactly one. AHP_TOKEN in the environment is the access token when URL "
-        "has none. Exit status: 0 done, 1 the host refused or no such session, 2 usage, "
-        "3 cannot connect, 4 protocol version mismatch, 5 timeout. See docs/sessions.md.",
+        "(rm). SESSION is a URI as listed, or the start of the last segment of exactly "
+        "one (for rm, 4 characters at least). AHP_TOKEN in the environment is the access "
+        "token when URL has none. Exit status: 0 done, 1 the host refused or no such "
+        "session, 2 usage, 3 cannot connect, 4 protocol version mismatch, 5 timeout. "
+        "See docs/sessions.md.",
     )
     verbs = sessions.add_subparsers(dest="verb", required=True, metavar="{list,show,rm}")
     common = argparse.ArgumentParser(add_help=False)

@@ -7,8 +7,8 @@
   text (:mod:`.render`).
 * ``sessions rm URL SESSION...``: ``disposeSession`` each.
 
-``SESSION`` is a session URI as listed, or a prefix (4 characters at least)
-of the last segment of exactly one listed session's URI.  Everything the
+``SESSION`` is a session URI as listed, or a prefix of the last segment of
+exactly one listed session's URI (for ``rm``, of 4 characters at least).  Everything the
 host sends is hostile: it is bounded and written through
 :func:`~.terminal.safe_text` (``--json`` escapes it).  Exit statuses are
 ``chat``'s: 0 done, 1 the host refused (or no such session), 2 usage, 3
@@ -69,7 +69,7 @@ EXIT_TIMEOUT: Final = 5
 MAX_SESSIONS: Final = 100_000
 """The most sessions read from a host's listing (a hostile host could page forever)."""
 MIN_PREFIX: Final = 4
-"""The shortest prefix of a URI's last segment that names a session."""
+"""The shortest prefix of a URI's last segment that names a session to ``rm``."""
 MAX_CHAT_PAGES: Final = 10_000
 """The most ``fetchTurns`` pages ``show`` asks for."""
 
@@ -143,15 +143,18 @@ async def list_all(client: AsyncClient, *, page: int | None = None,
     return items, cut
 
 
-def resolve_session(word: str, sessions: Sequence[t.SessionSummary]) -> str:
-    """The session ``word`` names: a URI (``ahp-session:/...``), as is; or a prefix of
-    at least :data:`MIN_PREFIX` characters of the last segment of exactly one listed
-    session's URI.  ``_Failed`` (exit 1, or 2 for a short prefix) otherwise."""
+def resolve_session(word: str, sessions: Sequence[t.SessionSummary], *,
+                    min_prefix: int = 1) -> str:
+    """The session ``word`` names: a URI (``ahp-session:/...``, anything with a ``:``),
+    as is; or a prefix of at least ``min_prefix`` characters of the last segment of
+    exactly one listed session's URI (as ``chat --session`` takes it).  ``_Failed``
+    otherwise: exit 1 when it names none or several, 2 when it is too short."""
+    word = word.strip()
     if ":" in word:
         return word
-    if len(word) < MIN_PREFIX:
-        raise _Failed(EXIT_USAGE, f"{word!r} is too short to name a session: give its URI "
-                      f"or at least {MIN_PREFIX} characters of its last segment")
+    if len(word) < max(1, min_prefix):
+        raise _Failed(EXIT_USAGE, f"{word!r} is too short to name a session here: give its "
+                      f"URI or at least {max(1, min_prefix)} characters of its last segment")
     matches = [s.resource for s in sessions
                if s.resource.rstrip("/").rpartition("/")[2].startswith(word)]
     if len(matches) == 1:
@@ -244,7 +247,8 @@ async def _rm(client: AsyncClient, args: argparse.Namespace, out: IO[str],
         try:
             if ":" not in word and listing is None:
                 listing, _cut = await list_all(client, page=args.page_size)
-            uri = resolve_session(word, listing or [])
+            # disposing cannot be undone: a prefix must be long enough not to be a slip
+            uri = resolve_session(word, listing or [], min_prefix=MIN_PREFIX)
         except _Failed as e:
             print(f"{PROG}: {safe_text(e.message)}", file=err)
             status = max(status, e.status)

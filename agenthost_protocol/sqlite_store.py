@@ -79,7 +79,8 @@ from agenthost_protocol.host.store import (
     StoreError,
 )
 
-__all__ = ["SQLiteStore", "default_store_path", "SCHEMA_VERSION", "APPLICATION_ID", "MIGRATIONS"]
+__all__ = ["SQLiteStore", "StoreInUse", "default_store_dir", "default_store_path",
+           "SCHEMA_VERSION", "APPLICATION_ID", "MIGRATIONS"]
 
 APPLICATION_ID = 0x41485031
 """``PRAGMA application_id`` of every store ("AHP1"): how a store tells its own
@@ -282,9 +283,22 @@ MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_create_schema_1
 # --- paths ----------------------------------------------------------------------------
 
 
-def default_store_path() -> Path:
-    """``host.sqlite3`` in this user's data directory, where a host keeps its store
-    unless told otherwise (per platform convention, so backups and cleaners find it)."""
+def default_store_path(name: str = "host.sqlite3") -> Path:
+    """``name`` in this user's data directory, where a host keeps its store unless told
+    otherwise (per platform convention, so backups and cleaners find it).
+
+    ``serve`` names the file after the agent it serves
+    (:meth:`~agenthost_protocol.agent.hosting.ServeOptions.store_path`);
+    ``host.sqlite3`` is the one file that earlier versions used for every agent.
+    ``name`` must be a plain file name (no directory)."""
+    if not name or name != os.path.basename(name) or name in (".", ".."):
+        raise ValueError(f"{name!r} is not a plain file name")
+    return default_store_dir() / name
+
+
+def default_store_dir() -> Path:
+    """This user's data directory for the library (``agenthost-protocol`` in
+    ``$XDG_DATA_HOME``, ``~/Library/Application Support`` or ``%LOCALAPPDATA%``)."""
     home = Path.home()
     if sys.platform == "win32":
         local = os.environ.get("LOCALAPPDATA")
@@ -295,7 +309,7 @@ def default_store_path() -> Path:
         xdg = os.environ.get("XDG_DATA_HOME")
         # the XDG spec: a relative value is invalid and is ignored
         base = Path(xdg) if xdg and os.path.isabs(xdg) else home / ".local" / "share"
-    return base / _LIBRARY / "host.sqlite3"
+    return base / _LIBRARY
 
 
 # --- errors ---------------------------------------------------------------------------
@@ -396,6 +410,11 @@ _PROBES = tuple(
 )
 
 
+class StoreInUse(StoreError):
+    """The store file is held by another process (or another :class:`SQLiteStore` in this
+    one): the refusal a second host of the same file gets."""
+
+
 class SQLiteStore:
     """A :class:`~agenthost_protocol.host.store.HostStore` in one SQLite file.
 
@@ -473,7 +492,7 @@ class SQLiteStore:
         if (info.st_dev, info.st_ino) in _HELD:
             # refused here, before the file is opened to read its header: closing that
             # descriptor would release the holder's lock (POSIX locks are per process)
-            raise StoreError(self._line_is(
+            raise StoreInUse(self._line_is(
                 "in use by another process (or another SQLiteStore in this one)"))
         if not stat.S_ISREG(info.st_mode):
             raise StoreError(self._line("not a regular file; refusing to use it as a store"))
@@ -609,7 +628,7 @@ class SQLiteStore:
                 raise
         except sqlite3.Error as exc:
             if _is_busy(exc):
-                raise StoreError(self._line_is("in use by another process")) from exc
+                raise StoreInUse(self._line_is("in use by another process")) from exc
             raise self._error(exc) from exc
 
     def _log_top(self, db: sqlite3.Connection) -> int | None:

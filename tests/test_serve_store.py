@@ -267,7 +267,7 @@ def test_serve_prints_its_store_and_no_store_keeps_nothing(tmp_path: Path) -> No
             assert proc.stdout is not None
             line = await asyncio.wait_for(proc.stdout.readline(), TIMEOUT)
             assert line.decode().strip() == (
-                f"store {data_home / 'agenthost-protocol' / 'host.sqlite3'}")
+                f"store {data_home / 'agenthost-protocol' / 'demo.sqlite3'}")
             assert await stop(proc) == 0
 
     run(main())

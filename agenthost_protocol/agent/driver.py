@@ -50,12 +50,18 @@ from .base import Agent, AgentError, NewSession
 from .dispatch import dispatch_agent_action
 from .turn import Turn
 
-__all__ = ["AgentDriver"]
+__all__ = ["NOT_SERVED", "AgentDriver"]
 
 log = logging.getLogger(__name__)
 
 _HELD_LIMIT: Final = 1000
 """Client actions one session may have waiting for its resume; more are dropped."""
+
+NOT_SERVED: Final = "ProviderNotServed"
+"""The ``errorType`` of the ``chat/error`` that ends a turn in another agent's session
+(its ``provider`` is not this agent's): the store holds it, no agent here plays it."""
+_PROVIDER_SHOWN: Final = 80
+"""The most characters of a stored provider id quoted in that error."""
 
 A = TypeVar("A")
 R = TypeVar("R")
@@ -147,6 +153,14 @@ class AgentDriver:
             return
         self._adopt(uri)
         session = uri if kind is ChannelKind.SESSION else self._owner.get(uri)
+        if session is None or session not in self._announced:
+            refusal = self._not_ours(uri if kind is ChannelKind.SESSION
+                                     else self.host.owner_of(uri))
+            if refusal is not None:
+                # another agent's session (a store shared with it): readable, never played
+                if kind is ChannelKind.CHAT:
+                    self._refuse(uri, action, refusal)
+                return
         held = self._held.get(session) if session is not None else None
         if held is not None:
             if len(held) < _HELD_LIMIT:
@@ -188,6 +202,47 @@ class AgentDriver:
         if entry is not None and not self._is_active(uri, entry[0]):
             self._stop(uri)  # the chat lost the turn (truncated ...): stop playing it
         self._consume_queued(uri)
+
+    # -- another agent's sessions (a store it shared) -----------------------------------
+
+    def _not_ours(self, session: str | None) -> str | None:
+        """Why this agent does not play ``session``: another provider's; ``None`` if ours
+        (or not a session)."""
+        if session is None or not self.host.has_channel(session):
+            return None
+        state = self.host.state(session)
+        if not isinstance(state, t.SessionState) or state.provider == self._provider:
+            return None
+        return (f"this session belongs to provider {state.provider[:_PROVIDER_SHOWN]!r}, "
+                f"and this host serves {self._provider[:_PROVIDER_SHOWN]!r}")
+
+    def _refuse(self, chat: str, action: t.StateAction, reason: str) -> None:
+        """End at once what a client began in a chat of another agent's session: a turn
+        with ``chat/error``, a queued message by taking it out and refusing it as a turn
+        (the turn the host would have started with it), so nothing waits for an agent
+        that is not here."""
+        state = self.host.state(chat) if self.host.has_channel(chat) else None
+        if not isinstance(state, t.ChatState):
+            return
+        turn = state.active_turn
+        if turn is None:
+            # each queued message in order (their number bounds the loop): none stays
+            for _ in range(len(state.queued_messages or ())):
+                state = self.host.state(chat)
+                if (not isinstance(state, t.ChatState) or state.active_turn is not None
+                        or not state.queued_messages):
+                    break
+                first = state.queued_messages[0]
+                self.host.dispatch(chat, t.ChatPendingMessageRemovedAction(
+                    kind=t.PendingMessageKind.QUEUED, id=first.id))
+                self._server_turn(chat, first.message, queued_id=first.id)
+            return
+        if not isinstance(action, t.ChatTurnStartedAction) or turn.id != action.turn_id:
+            return
+        log.info("turn %s of %s refused: %s", turn.id, chat, reason)
+        self.dispatch_chat(chat, t.ChatErrorAction(
+            turn_id=turn.id, duration=0,
+            error=t.ErrorInfo(error_type=NOT_SERVED, message=reason)))
 
     # -- sessions from an earlier run (the host's store) -----------------------------
 
@@ -343,6 +398,15 @@ class AgentDriver:
             return
         self._stop(chat)  # the turn it replaces
         session = self._owner.get(chat)
+        refusal = self._not_ours(session or self.host.owner_of(chat))
+        if refusal is not None:
+            # a chat made in another agent's session, or a turn the host began there
+            self._owner.pop(chat, None)
+            log.info("turn %s of %s refused: %s", turn_id, chat, refusal)
+            self.dispatch_chat(chat, t.ChatErrorAction(
+                turn_id=turn_id, duration=0,
+                error=t.ErrorInfo(error_type=NOT_SERVED, message=refusal)))
+            return
         if session is None:
             return
         state = self.host.state(session)
@@ -620,7 +684,13 @@ class AgentDriver:
         params = event.params
         if not isinstance(params, t.CreateChatParams):
             raise LocalProtocolError(f"{event.method} is not createChat")
-        if self._one_chat_only(event) or self.host.answer_create_chat(event) is None:
+        if self._one_chat_only(event):
+            return
+        refusal = self._not_ours(params.channel)
+        if refusal is not None:
+            event.responder.error(AhpErrorCode.PROVIDER_NOT_FOUND, refusal)
+            return
+        if self.host.answer_create_chat(event) is None:
             return
         self._owner[params.chat] = params.channel
         self._announce(params.channel)

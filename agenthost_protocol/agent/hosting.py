@@ -37,7 +37,7 @@ from .._version import __version__
 from ..aio.access import AccessPolicy, is_loopback, url_with_token
 from ..aio.server import HostServer, ServerLimits
 from ..host import Host, HostStore, StoreError
-from .demo import DemoAgent
+from .demo import DEMO_PROVIDER, DemoAgent
 from .run import AgentService, build_agent_server
 from .settings import SettingsError, replace_token, saved_token
 from .settings import settings_path as default_settings_path
@@ -54,6 +54,7 @@ __all__ = [
     "StartableAgent",
     "build_demo_server",
     "build_server",
+    "program_name",
     "run",
     "serve_demo",
     "serve_host",
@@ -127,7 +128,7 @@ class ServeOptions:
     keyfile: str | None = None
     store: str | None = None
     """The SQLite file sessions are kept in across restarts (``None``: the default,
-    :func:`~agenthost_protocol.sqlite_store.default_store_path`)."""
+    :meth:`store_name` in the user's data directory)."""
     no_store: bool = False
     """Keep everything in memory only: a restart forgets every session."""
     capture: str | None = None
@@ -138,14 +139,41 @@ class ServeOptions:
     not imported here: ``serve`` without ``--capture`` never loads the capture)."""
 
     def store_path(self) -> str | None:
-        """The store file ``serve`` uses, or ``None`` with ``no_store``."""
+        """The store file ``serve`` uses, or ``None`` with ``no_store``: ``store``, else
+        :meth:`store_name` in the user's data directory."""
         if self.no_store:
             return None
         if self.store is not None:
             return self.store
         from ..sqlite_store import default_store_path  # noqa: PLC0415
 
-        return str(default_store_path())
+        return str(default_store_path(self.store_name()))
+
+    def store_name(self) -> str:
+        """The default store's file name, chosen by the agent served, so that different
+        agents served at once each have their own (``docs/serve.md``, Persistence):
+        ``<provider>.sqlite3`` for an agent of the agent layer (``demo.sqlite3``), and
+        ``acp-<program>.sqlite3``, ``pi-<program>.sqlite3`` or ``xcsh-<program>.sqlite3``
+        for an agent process, ``<program>`` being the name of the program its command
+        runs (the arguments do not count: a changed flag keeps its sessions)."""
+        if self.agent_object is not None:
+            return _file_name(_provider_of(self.agent_object))
+        if self.agent is AgentKind.DEMO or not self.agent_command:
+            return _file_name(DEMO_PROVIDER)
+        return _file_name(f"{self.agent.value}-{program_name(self.agent_command)}")
+
+    def legacy_store_notice(self) -> str | None:
+        """One line for a user upgrading: the default store of earlier versions
+        (``host.sqlite3``, one for every agent) exists and this agent's does not yet."""
+        if self.no_store or self.store is not None:
+            return None
+        from ..sqlite_store import default_store_path  # noqa: PLC0415
+
+        legacy, path = default_store_path(), default_store_path(self.store_name())
+        if path == legacy or not legacy.exists() or path.exists():
+            return None
+        return (f"the sessions of earlier versions are in {legacy}, not in this agent's "
+                f"store {path}: serve with --store {legacy} to keep using them")
 
     def open_store(self) -> HostStore | None:
         """The store ``serve`` keeps its sessions in; ``StoreError`` (one line) when the
@@ -153,9 +181,14 @@ class ServeOptions:
         path = self.store_path()
         if path is None:
             return None
-        from ..sqlite_store import SQLiteStore  # noqa: PLC0415
+        from ..sqlite_store import SQLiteStore, StoreInUse  # noqa: PLC0415
 
-        return SQLiteStore(path)
+        try:
+            return SQLiteStore(path)
+        except StoreInUse as e:
+            # the usual cause: this agent is served already; say how to serve it again
+            raise StoreInUse(f"{e}; to serve this agent once more, give it another file "
+                             "(--store PATH) or none (--no-store: memory only)") from e
 
     def __attrs_post_init__(self) -> None:
         if self.no_token and self.token is not None:
@@ -235,6 +268,67 @@ class StartableAgent(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+_LAUNCHERS = frozenset({
+    "npx", "pnpx", "bunx", "uvx", "pipx", "npm", "pnpm", "yarn", "uv", "node", "nodejs",
+    "bun", "deno", "python", "python3", "pypy3", "ruby", "env", "sh", "bash", "exec",
+})
+"""Programs that run another one named later in the command (``npx some-agent``): the
+store is named after that one."""
+_LAUNCHER_VERBS = frozenset({"run", "exec", "x", "dlx", "tool", "--"})
+_SCRIPT_SUFFIXES = (".js", ".mjs", ".cjs", ".ts", ".py", ".rb", ".exe", ".cmd", ".bat")
+_NAME_MAX = 64
+"""The longest store name (without ``.sqlite3``)."""
+
+
+def program_name(command: Iterable[str]) -> str:
+    """The name of the program ``command`` runs, for naming its store: the base name of
+    its first word, or, when that is a launcher (``npx``, ``node``, ``python``,
+    ``uvx`` ...), of the first later word that is not an option, a variable assignment
+    or a verb such as ``run``; without a script suffix (``.js``, ``.py``) or an npm
+    version (``@latest``).  Not sanitised (:func:`_file_name` does that)."""
+    words = tuple(command)
+    if not words:
+        return ""
+    first = _base_name(words[0])
+    launcher = first.lower().removesuffix(".exe")
+    if launcher in _LAUNCHERS or launcher.startswith("python3."):
+        for word in words[1:]:
+            if word.startswith("-") or "=" in word or word in _LAUNCHER_VERBS:
+                continue
+            return _base_name(word) or first
+    return first
+
+
+def _base_name(word: str) -> str:
+    name = word.replace("\\", "/").rstrip("/").rpartition("/")[2]
+    name = name.partition("@")[0] if not name.startswith("@") else name
+    for suffix in _SCRIPT_SUFFIXES:
+        if name.lower().endswith(suffix) and len(name) > len(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def _file_name(stem: str) -> str:
+    """``stem`` made a safe file name: only letters, digits, ``.``, ``_`` and ``-``
+    (others become ``_``), no leading dot or dash, at most 64 characters, then
+    ``.sqlite3``."""
+    import re  # noqa: PLC0415  # only when a default store is named
+
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", stem).lstrip("._-")[:_NAME_MAX].rstrip(".")
+    return f"{safe or 'agent'}.sqlite3"
+
+
+def _provider_of(agent: object) -> str:
+    from .base import Agent  # noqa: PLC0415
+
+    if isinstance(agent, Agent):
+        try:
+            return agent.info().provider
+        except Exception:  # the agent's own code: it fails later, where it says why
+            return type(agent).provider
+    return type(agent).__name__
 
 
 def _wall_clock() -> int:
@@ -433,8 +527,11 @@ async def serve_host(
     """
     stop = stop if stop is not None else asyncio.Event()
     capture = _open_capture(options)
+    notice = options.legacy_store_notice()
     store = options.open_store()
     log.info("store: %s", options.store_path() or "none (memory only)")
+    if notice is not None:
+        log.warning("%s", notice)
     try:
         # before the agent starts: a settings file that cannot be used stops nothing
         # half-way

@@ -99,8 +99,9 @@ def run(
     prints ``serving ws://HOST:PORT/?token=...`` first.  The token is ``token``,
     else the one ``serve`` keeps in its settings file (made on the first run, so a
     restart prints the same URL; ``new_token`` replaces it).  Sessions are kept in
-    the SQLite file ``store`` (default: ``serve``'s, in the user's data directory)
-    unless ``no_store``.  Returns the exit status."""
+    the SQLite file ``store`` (default: ``PROVIDER.sqlite3`` in the user's data
+    directory, the agent's provider naming it, as ``serve --agent module:attr``
+    does) unless ``no_store``.  Returns the exit status."""
     from .hosting import ServeOptions  # noqa: PLC0415
     from .hosting import run as serve  # noqa: PLC0415
 

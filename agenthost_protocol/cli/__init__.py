@@ -23,6 +23,9 @@
   (or --yes) and the agent's questions; exit 0 when the turn ends, 1 turn failed,
   host error or unanswered question, 3 cannot connect, 4 version mismatch, 5
   timeout, 130 interrupted (``docs/client.md``).
+* ``agenthost-protocol sessions [list] URL``, ``sessions show URL SESSION``,
+  ``sessions rm URL SESSION...``: a host's sessions, the most recently changed
+  first; one session's default chat; disposal (``docs/sessions.md``).
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from collections.abc import Callable, Sequence
 from typing import IO, TYPE_CHECKING, Any
 
 from .._version import __version__
-from ._args import LOG_LEVELS, positive_seconds
+from ._args import LOG_LEVELS, positive_int, positive_seconds
 from .serve import add_parser as add_serve_parser
 from .serve import serve_command
 
@@ -192,6 +195,79 @@ def add_chat_parser(sub: Any) -> None:
                       help="logging level on stderr (default warning)")
 
 
+SESSIONS_VERBS = ("list", "show", "rm")
+PROG_SESSIONS = "agenthost-protocol sessions"
+
+
+def add_sessions_parser(sub: Any) -> argparse.ArgumentParser:
+    """``sessions [list] URL``, ``sessions show URL SESSION``, ``sessions rm URL SESSION...``
+    (``list`` is the default: :func:`_sessions_argv` puts it in)."""
+    sessions: argparse.ArgumentParser = sub.add_parser(
+        "sessions",
+        help="list a host's sessions, show one, or dispose of some",
+        usage="%(prog)s [list] [options] URL | show [options] URL SESSION | "
+        "rm [options] URL SESSION...",
+        description="List the sessions of an AHP host, the most recently changed first, one "
+        "line each: URI, last change, status, turns, provider, title, tab-separated "
+        "(list, the default); print a session's default chat (show); dispose of sessions "
+        "(rm). SESSION is a URI as listed, or the start of the last segment of exactly "
+        "one (for rm, 4 characters at least). AHP_TOKEN in the environment is the access "
+        "token when URL has none. Exit status: 0 done, 1 the host refused or no such "
+        "session, 2 usage, 3 cannot connect, 4 protocol version mismatch, 5 timeout. "
+        "See docs/sessions.md.",
+    )
+    verbs = sessions.add_subparsers(dest="verb", required=True, metavar="{list,show,rm}")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("target", metavar="URL",
+                        help="the host's ws:// or wss:// URL (with --stdio: a command to run)")
+    common.add_argument("--stdio", action="store_true",
+                        help="URL is a command line: spawn it and speak JSON Lines on its "
+                        "stdin/stdout")
+    common.add_argument("--timeout", type=positive_seconds, default=30.0, metavar="SECONDS",
+                        help="give up on a connection or an answer after this long "
+                        "(default 30)")
+    common.add_argument("--page-size", type=positive_int, default=None, metavar="N",
+                        help="sessions asked for per listSessions request (default: the "
+                        "host's choice)")
+    listing = verbs.add_parser("list", parents=[common],
+                               prog=f"{PROG_SESSIONS} list", help="list the sessions (default)",
+                               description="One line per session, the most recently changed "
+                               "first: URI, last change (ISO 8601), status, turns of its "
+                               "default chat, provider, title; tab-separated.")
+    listing.add_argument("--json", action="store_true",
+                         help="one JSON object per line instead (JSON Lines)")
+    listing.add_argument("--limit", type=positive_int, default=None, metavar="N",
+                         help="only the N most recently changed sessions")
+    listing.add_argument("--no-turns", action="store_true",
+                         help="do not count turns (no subscription to each session: "
+                         "faster; the column shows -)")
+    show = verbs.add_parser("show", parents=[common],
+                            prog=f"{PROG_SESSIONS} show", help="print a session's default chat",
+                            description="Print every turn of a session's default chat: the "
+                            "user's message after '> ', the reply, tool calls and how the "
+                            "turn ended.")
+    show.add_argument("session", metavar="SESSION", help="the session (URI or prefix)")
+    show.add_argument("--no-reasoning", action="store_true",
+                      help="leave out the agent's reasoning")
+    rm = verbs.add_parser("rm", parents=[common],
+                          prog=f"{PROG_SESSIONS} rm", help="dispose of sessions",
+                          description="disposeSession each SESSION; one 'disposed URI' line "
+                          "per session disposed.")
+    rm.add_argument("sessions", metavar="SESSION", nargs="+",
+                    help="a session (URI or prefix)")
+    return sessions
+
+
+def _sessions_argv(argv: Sequence[str]) -> list[str]:
+    """``sessions URL ...`` read as ``sessions list URL ...``: a verb, when there is one,
+    comes first."""
+    words = list(argv)
+    if words[:1] == ["sessions"] and len(words) > 1 and words[1] not in (
+            *SESSIONS_VERBS, "-h", "--help"):
+        words.insert(1, "list")
+    return words
+
+
 def chat_command(args: argparse.Namespace) -> int:
     # imported here: the pure commands never load asyncio or the transports
     from .chat import run_from_args  # noqa: PLC0415
@@ -231,6 +307,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     serve = add_serve_parser(sub)
     add_chat_parser(sub)
+    add_sessions_parser(sub)
     from .check_host import (  # noqa: PLC0415
         add_parsers,
         check_host_command,
@@ -238,7 +315,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
 
     add_parsers(sub)
-    args, extra = parser.parse_known_args(argv)
+    args, extra = parser.parse_known_args(
+        _sessions_argv(sys.argv[1:] if argv is None else argv))
     if (extra and args.command == "chat" and args.message is None and len(extra) == 1
             and not extra[0].startswith("-")):
         # `chat URL --session S MESSAGE`: argparse gave the optional MESSAGE's place away
@@ -255,6 +333,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return serve_command(args, serve)
     if args.command == "chat":
         return chat_command(args)
+    if args.command == "sessions":
+        from .sessions import run_from_args  # noqa: PLC0415  # asyncio only when it runs
+
+        return run_from_args(args)
     if args.command == "conformance":
         return _conformance(args, sys.stdout, sys.stderr)
     if args.command == "compat":

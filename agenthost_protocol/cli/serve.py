@@ -54,11 +54,15 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     persistence = serve.add_argument_group(
         "persistence (docs/serve.md, Persistence)",
         "Sessions, chats and turns are kept in an SQLite file and are there again after a "
-        "restart; the file in use is printed after the URL.")
+        "restart; the file in use is printed after the URL. A stored session of another "
+        "agent (another provider) is listed, but a turn in it ends at once in an error.")
     where = persistence.add_mutually_exclusive_group()
     where.add_argument("--store", metavar="PATH",
-                       help="the store file (default: host.sqlite3 in the user's data "
-                       "directory, e.g. ~/.local/share/agenthost-protocol/)")
+                       help="the store file (default: one per agent, in the user's data "
+                       "directory, e.g. ~/.local/share/agenthost-protocol/demo.sqlite3, "
+                       "acp-PROGRAM.sqlite3, pi-PROGRAM.sqlite3 or PROVIDER.sqlite3; give "
+                       "another PATH to serve the same agent twice, or host.sqlite3 to keep "
+                       "using the one store of earlier versions)")
     where.add_argument("--no-store", action="store_true",
                        help="keep everything in memory only: a restart forgets every session")
     serve.add_argument("--capture", metavar="DIR",

@@ -241,7 +241,7 @@ def test_the_filter_covers_message_arguments_tracebacks_and_known_secrets() -> N
     try:
         logger.info("< GET %s HTTP/1.1", f"/?token={secret}")
         logger.info("anywhere: %s", f"x{secret}y")
-        logger.info("bad %d format", "not a number", secret)
+        logger.info("bad %d format", "not a number", secret)  # noqa: PLE1205 (on purpose)
         try:
             raise ValueError(f"refused ws://h/?tkn={secret}")
         except ValueError:

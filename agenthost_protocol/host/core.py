@@ -1276,10 +1276,6 @@ class Host(Commands, Durable):
         del self._held[held.number]
         return entry[1]
 
-    def owner_of(self, chat: str) -> str | None:
-        """The session chat ``chat`` belongs to, or ``None`` if the host knows none."""
-        return self._sessions.owner_of(chat)
-
     def _session_of(self, uri: str, state: t.SnapshotState) -> t.SessionState | None:
         if isinstance(state, t.SessionState):
             return state

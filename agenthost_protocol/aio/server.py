@@ -761,7 +761,9 @@ class HostServer:
         try:
             handler(event)
         except Exception:
-            log.exception("the event handler failed on %r", event)
+            # the event's kind, not its repr: its params may hold what a user wrote
+            log.exception("the event handler failed on %s%s", type(event).__name__,
+                          f" ({event.method})" if isinstance(event, RequestReceived) else "")
             if isinstance(event, RequestReceived) and not event.responder.answered:
                 with contextlib.suppress(LocalProtocolError):
                     event.responder.error(JsonRpcErrorCode.INTERNAL_ERROR,

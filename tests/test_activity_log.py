@@ -106,15 +106,19 @@ def test_cancelled_and_failed_turns_and_denied_calls(info: pytest.LogCaptureFixt
                                                   tool_name="ls", display_name="ls"))
     host.dispatch(CHAT, t.ChatToolCallDeniedAction(
         turn_id="t1", tool_call_id="c1", reason=t.ToolCallCancellationReason.DENIED))
+    host.dispatch(CHAT, t.ChatInputRequestedAction(request=t.ChatInputRequest(
+        id="t1.ask1", message=SECRET_TEXT)))
     clock.now += 1
     host.dispatch(CHAT, t.ChatTurnCancelledAction(turn_id="t1", duration=5))
     host.dispatch(CHAT, started("t2"))
     host.dispatch(CHAT, t.ChatErrorAction(turn_id="t2", duration=5, error=t.ErrorInfo(
         error_type="model:overloaded", message=SECRET_TEXT)))
-    assert lines(info)[-6:] == [
+    assert lines(info)[-8:] == [
         f"session {SESSION} turn t1: tool call c2 started (tool ls)",
         f"session {SESSION} turn t1: tool call c1 denied (denied)",
-        f"session {SESSION} turn t1: tool call c2 unfinished when its turn ended",
+        f"session {SESSION} turn t1: input request t1.ask1 asked (0 questions)",
+        f"session {SESSION} turn t1: tool call c2 cancelled (its turn ended)",
+        f"session {SESSION} turn t1: input request t1.ask1 unanswered when its turn ended",
         f"session {SESSION}: turn t1 ended: cancelled after 1.00 s",
         f"session {SESSION}: turn t2 started",
         f"session {SESSION}: turn t2 ended: error (model:overloaded) after 0.00 s",

@@ -39,7 +39,8 @@ forgotten when the turn ends or its chat goes); past it the oldest is forgotten,
 end reports the duration the agent gives."""
 
 _MAX_OPEN_CALLS: Final = 256
-"""The most unfinished tool calls kept per turn (to report those a turn's end leaves)."""
+"""The most unfinished tool calls, and input requests, kept per turn (to report those a
+turn's end leaves)."""
 
 _SHOWN_LENGTH: Final = 80
 
@@ -70,7 +71,7 @@ def _name(kind: object) -> str:
 
 
 class _Turn:
-    __slots__ = ("calls", "session", "started", "turn_id")
+    __slots__ = ("asks", "calls", "session", "started", "turn_id")
 
     def __init__(self, turn_id: str, session: str | None, started: float) -> None:
         self.turn_id = turn_id
@@ -78,6 +79,8 @@ class _Turn:
         self.started = started
         self.calls: dict[str, None] = {}
         """Tool calls started and not yet finished, in order."""
+        self.asks: dict[str, None] = {}
+        """Input requests asked and not yet completed, in order."""
 
 
 class ActivityLog:
@@ -186,6 +189,8 @@ class ActivityLog:
         elif isinstance(action, t.ChatInputRequestedAction):
             request = action.request
             questions = len(request.questions) if request.questions else 0
+            if tracked is not None and len(tracked.asks) < _MAX_OPEN_CALLS:
+                tracked.asks[request.id] = None
             logger.info("%s%s: input request %s asked (%d question%s)", where,
                         _in_turn(tracked), shown(request.id), questions,
                         "" if questions == 1 else "s")
@@ -193,6 +198,8 @@ class ActivityLog:
             response = action.response
             outcome = _INPUT_OUTCOMES.get(getattr(response, "value", response),
                                           f"completed ({_name(response)})")
+            if tracked is not None:
+                tracked.asks.pop(action.request_id, None)
             logger.info("%s%s: input request %s %s", where, _in_turn(tracked),
                         shown(action.request_id), outcome)
 
@@ -214,8 +221,11 @@ class ActivityLog:
             del self._turns[chat]
             seconds = self._clock() - turn.started
             for call in turn.calls:
-                self._log.info("%s turn %s: tool call %s unfinished when its turn ended",
+                self._log.info("%s turn %s: tool call %s cancelled (its turn ended)",
                                where, shown(action.turn_id), shown(call))
+            for ask in turn.asks:
+                self._log.info("%s turn %s: input request %s unanswered when its turn ended",
+                               where, shown(action.turn_id), shown(ask))
         else:
             seconds = max(0, action.duration) / 1000  # started before we looked: the agent's count
         if isinstance(action, t.ChatTurnCompleteAction):

@@ -118,14 +118,17 @@ class ActivityLog:
             self._broken()
 
     def removed(self, uri: str) -> None:
-        turn = self._turns.pop(uri, None)
+        turns = self._turns
+        turn = turns.pop(uri, None)
+        kind = channel_kind(uri)
+        if kind is ChannelKind.SESSION and turns:
+            # its chats went first, as a rule; whatever is left of it goes now
+            for chat in [c for c, tr in turns.items() if tr.session == uri]:
+                del turns[chat]
         if not self._log.isEnabledFor(logging.INFO):
             return
         try:
-            kind = channel_kind(uri)
             if kind is ChannelKind.SESSION:
-                for chat in [c for c, tr in self._turns.items() if tr.session == uri]:
-                    del self._turns[chat]
                 self._log.info("session %s: disposed", shown(uri))
             elif kind is ChannelKind.CHAT and turn is not None:
                 where = self._where(uri, turn.session)
@@ -164,11 +167,14 @@ class ActivityLog:
 
     def _applied(self, envelope: t.ActionEnvelope) -> None:
         logger = self._log
-        channel = envelope.channel
         action = envelope.action
+        debug = logger.isEnabledFor(logging.DEBUG)
+        if not debug and type(action) not in _TOLD:
+            return  # a delta, a usage report ...: nothing at info (the stream's hot path)
+        channel = envelope.channel
         tracked = self._turns.get(channel)
         where = self._where(channel, tracked.session if tracked is not None else None)
-        if logger.isEnabledFor(logging.DEBUG):
+        if debug:
             origin = envelope.origin
             by = "the host" if origin is None else f"client {shown(origin.client_id)}"
             logger.debug("%s: action %s (serverSeq %d, by %s)", where, _name(action.type),
@@ -284,6 +290,12 @@ _TOOL_CALL_ACTIONS: Final = (
     t.ChatToolCallResultConfirmedAction, t.ChatToolCallAuthRequiredAction,
     t.ChatToolCallAuthResolvedAction,
 )
+_TOLD: Final = frozenset({
+    t.SessionReadyAction, t.SessionCreationFailedAction, t.ChatTurnStartedAction,
+    t.ChatTurnCompleteAction, t.ChatTurnCancelledAction, t.ChatErrorAction,
+    t.ChatInputRequestedAction, t.ChatInputCompletedAction, *_TOOL_CALL_ACTIONS,
+})
+"""The actions that make a line at info."""
 _INPUT_OUTCOMES: Final = {"accept": "answered", "decline": "declined", "cancel": "cancelled"}
 
 

@@ -197,9 +197,13 @@ def test_debug_shows_action_types_and_never_the_token(
         async with serving(["--no-store", "--log-level", "debug", "--step-delay", "0",
                             "--token-file", token_file(tmp_path)], err) as (proc, url):
             base = base_url(url)
-            # the token in the URL as ?token= (what serve printed), through chat
-            status, out = await chat(url, "--yes", MESSAGE)
+            # the token in the URL as ?token= (what serve printed), through chat, whose own
+            # log (websockets' client lines included) shows no token either
+            status, out = await chat(url, "--yes", "--log-level", "debug", MESSAGE)
             assert status == 0, out
+            # the token travels in the URL or (once the client moves it) in the header
+            assert ("> GET /?token=REDACTED HTTP/1.1" in out
+                    or "> Authorization: Bearer REDACTED" in out), out
             assert TOKEN not in out
             # as ?tkn=, as a bare header, then wrong in each place
             tkn = await handshake(f"{base}/?tkn={TOKEN}")

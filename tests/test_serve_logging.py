@@ -275,3 +275,48 @@ def test_stdio_logs_the_same_activity(tmp_path: Path) -> None:
     find(lines, r"INFO agenthost_protocol\.aio\.activity: session ahp-session:/piped: created "
          r"\(provider demo\)")
     find(lines, r"INFO agenthost_protocol\.aio\.activity: session ahp-session:/piped: disposed")
+
+
+def test_a_hostile_client_cannot_forge_or_flood_a_line(tmp_path: Path) -> None:
+    err = tmp_path / "serve.err"
+    forged = "\nINFO agenthost_protocol.aio.activity: session forged\x1b[31m"
+    session, chat_uri = "ahp-session:/hostile", "ahp-chat:/hostile"
+
+    def ended(state: t.SnapshotState) -> bool:
+        assert isinstance(state, t.ChatState)
+        return state.active_turn is None and len(state.turns) == 1
+
+    async def main() -> None:
+        async with serving(["--no-store", "--log-level", "info", "--step-delay", "0",
+                            "--token-file", token_file(tmp_path)], err) as (proc, url):
+            async with connect(url, reconnect=False, client_id="evil" + forged) as client:
+                await client.initialize()
+                await client.create_session(session)
+                await client.subscribe(session)
+                await client.wait_for_state(session, lambda s: isinstance(s, t.SessionState)
+                                            and s.lifecycle == t.SessionLifecycle.READY,
+                                            timeout=TIMEOUT)
+                await client.subscribe(chat_uri)
+                turn = "t" + forged + "x" * 5000
+                await client.dispatch(chat_uri, t.ChatTurnStartedAction(
+                    turn_id=turn, started_at="2026-01-01T00:00:00.000Z",
+                    message=t.Message(text=MESSAGE, origin=USER)))
+                await client.wait_for_state(chat_uri, lambda s: isinstance(s, t.ChatState)
+                                            and s.active_turn is not None, timeout=TIMEOUT)
+                await client.dispatch(chat_uri, t.ChatTurnCancelledAction(turn_id=turn,
+                                                                          duration=0))
+                await client.wait_for_state(chat_uri, ended, confirmed=True, timeout=TIMEOUT)
+            assert await stop(proc) == 0
+
+    run(main())
+    text = err.read_text("utf-8")
+    assert "\x1b" not in text
+    assert not [line for line in text.splitlines() if "session forged" in line
+                and not line.startswith("20")]
+    assert max(map(len, text.splitlines())) < 1000
+    lines = messages(err)
+    started = find(lines, r"INFO agenthost_protocol\.aio\.activity: session "
+                   rf"{session}: turn '(.*)'\.\.\. started by client '(.*)'")
+    assert "\\n" in started[0][1] and "\\x1b" in started[0][2]
+    find(lines, rf"INFO agenthost_protocol\.aio\.activity: session {session}: turn '.*'\.\.\. "
+         r"ended: cancelled after \d+\.\d\d s")

@@ -7,6 +7,7 @@ The host and the log run in process here (the lines, their bounds, hostile ids);
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Iterator
 
@@ -15,7 +16,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agenthost_protocol import types as t
+from agenthost_protocol.aio import HostServer
 from agenthost_protocol.aio.activity import ActivityLog, printable, shown
+from agenthost_protocol.aio.memory import MemoryOpener, connected_client
 from agenthost_protocol.aio.redact import RedactSecrets, redact_text, redact_url
 from agenthost_protocol.host import Host
 
@@ -256,3 +259,34 @@ def test_the_filter_covers_message_arguments_tracebacks_and_known_secrets() -> N
     assert len(records) == 5
     assert not [line for line in records if secret in line], records
     assert "ValueError: refused ws://h/?tkn=REDACTED" in records[3]
+
+
+# -- connections, through a HostServer -------------------------------------------------------
+
+
+def test_a_server_logs_its_connections_and_reconnects(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="agenthost_protocol.aio")
+
+    async def body() -> None:
+        server = HostServer(Host(clock=lambda: 1_700_000_000_000))
+        assert isinstance(server.host.observer, ActivityLog)
+        opener = MemoryOpener(server)
+        async with connected_client(server, opener=opener, reconnect=True,
+                                    client_id="memory-client") as client:
+            await client.initialize()
+            opener.link.drop()
+            for _ in range(200):  # bounded: the supervisor reconnects at once
+                if len(opener.links) == 2 and client.is_open:
+                    break
+                await asyncio.sleep(0.02)
+            await client.ping()
+        await server.close()
+
+    asyncio.run(asyncio.wait_for(body(), 30))
+    server_lines = [r.getMessage() for r in caplog.records
+                    if r.name == "agenthost_protocol.aio.server"]
+    assert "connection #1: client memory-client initialized (protocol 0.7.0)" in server_lines
+    assert [line for line in server_lines if line.startswith(
+        "connection #2: client memory-client reconnected, ")], server_lines
+    assert [line for line in server_lines if line.startswith(
+        "connection #1 (client memory-client): closed (")], server_lines

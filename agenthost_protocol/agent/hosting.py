@@ -28,13 +28,14 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Protocol, runtime_checkable
+from typing import IO, TYPE_CHECKING, Final, Protocol, runtime_checkable
 
 from attrs import field, frozen
 
 from .. import types as t
 from .._version import __version__
 from ..aio.access import AccessPolicy, is_loopback, url_with_token
+from ..aio.redact import RedactSecrets
 from ..aio.server import HostServer, ServerLimits
 from ..host import Host, HostStore, StoreError
 from .demo import DEMO_PROVIDER, DemoAgent
@@ -602,6 +603,20 @@ async def _start(agent: ServedAgent, stop: asyncio.Event) -> bool:
     return True
 
 
+_LOG_SECRETS: Final = RedactSecrets()
+
+
+def _hide_in_logs(secret: str | None) -> None:
+    """What the root logger's handlers (``serve``'s stderr) write shows ``secret`` as
+    ``REDACTED``, whichever logger the line comes from, whatever level."""
+    if secret is None:
+        return
+    _LOG_SECRETS.add(secret)
+    for handler in logging.getLogger().handlers:
+        if _LOG_SECRETS not in handler.filters:
+            handler.addFilter(_LOG_SECRETS)
+
+
 async def _serve_websocket(
     server: HostServer,
     agent: _Closer,
@@ -614,6 +629,7 @@ async def _serve_websocket(
     # websockets is optional: stdio mode must work without it
     from ..aio.websocket import serve_websocket  # noqa: PLC0415
 
+    _hide_in_logs(token)
     context = None
     if options.certfile is not None:
         import ssl  # noqa: PLC0415

@@ -16,7 +16,10 @@ protocol decides stays in :mod:`agenthost_protocol.host` and
 * :class:`AsyncClient`, :func:`connect`, :func:`connect_stdio`: the asyncio
   client (typed awaitable requests, events, a reconnect supervisor);
 * :func:`connected_client`, :class:`MemoryOpener`, :class:`MemoryLink`: a
-  host and a client in one process, no sockets, links a test can break.
+  host and a client in one process, no sockets, links a test can break;
+* :class:`ActivityLog`: what the host does, as log lines (``HostServer``
+  installs one); :class:`RedactSecrets`, :func:`redact_url`: access tokens
+  kept out of log lines and messages.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ._limits import DEFAULT_MAX_MESSAGE_SIZE
+    from .activity import ActivityLog
     from .client import (
         AsyncClient,
         ClientError,
@@ -40,6 +44,7 @@ if TYPE_CHECKING:
         connect_stdio,
     )
     from .memory import MemoryLink, MemoryOpener, connected_client
+    from .redact import RedactSecrets, redact_url
     from .server import (
         CloseReason,
         DirectStream,
@@ -56,6 +61,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_MAX_MESSAGE_SIZE",
+    "ActivityLog",
     "AsyncClient",
     "ClientError",
     "CloseReason",
@@ -73,6 +79,7 @@ __all__ = [
     "MessageRefused",
     "MessageStream",
     "ReconnectPolicy",
+    "RedactSecrets",
     "RequestError",
     "RequestTimeout",
     "ServerLimits",
@@ -82,6 +89,7 @@ __all__ = [
     "connect",
     "connect_stdio",
     "connected_client",
+    "redact_url",
     "serve_stdio",
     "serve_streams",
     "serve_websocket",
@@ -89,6 +97,8 @@ __all__ = [
 
 _MODULE_OF = {
     "DEFAULT_MAX_MESSAGE_SIZE": "._limits",
+    "ActivityLog": ".activity",
+    **dict.fromkeys(("RedactSecrets", "redact_url"), ".redact"),
     **dict.fromkeys(
         ("AsyncClient", "ClientError", "ConnectError", "ConnectionClosedError",
          "HandshakeRefused", "ReconnectPolicy", "RequestError", "RequestTimeout", "VersionMismatch",

@@ -25,12 +25,13 @@ peer's.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
 from typing import Final, Literal, TypeAlias
 
 from ..reconciler import PendingAction, Rejection
 from ..types import AhpErrorCode, JsonRpcError, UnsupportedProtocolVersionErrorData
+from .redact import REDACTED as _REDACTED
+from .redact import redact_url
 
 __all__ = [
     "ActionDropped",
@@ -47,29 +48,6 @@ __all__ = [
     "VersionMismatch",
     "redact_url",
 ]
-
-_REDACTED: Final = "REDACTED"
-
-# a query parameter named token (any case: redacting too much is harmless).  The URL may
-# sit in prose: punctuation ending the value is the sentence's ("...?token=abc: refused"),
-# a value without a letter or digit is no token ("with its ?token=, or"), and an empty
-# one still shows the token is missing
-_TOKEN_PARAM: Final = re.compile(
-    r"""([?&]token=)(?=[^&#\s]*[A-Za-z0-9%])[^&#\s]*[^&#\s.,:;!?'")\]>]""", re.IGNORECASE)
-# the password of a URL's user information (``ws://user:password@host``)
-_USERINFO_PASSWORD: Final = re.compile(r"(://[^/?#@\s:]*):[^/?#@\s]+@")
-
-
-def redact_url(text: str) -> str:
-    """``text`` with the secrets a URL can carry replaced by ``REDACTED``.
-
-    The value of every ``token`` query parameter (``ws://127.0.0.1:8765/?token=REDACTED``)
-    and the password of a ``user:password@`` part.  It works on any text, so a
-    command line or an error message holding such a URL can be shown too.
-    """
-    text = _TOKEN_PARAM.sub(rf"\g<1>{_REDACTED}", text)
-    return _USERINFO_PASSWORD.sub(rf"\g<1>:{_REDACTED}@", text)
-
 
 class ClientError(Exception):
     """Base of the asyncio client's errors."""

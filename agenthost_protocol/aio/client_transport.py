@@ -24,7 +24,6 @@ import collections
 import contextlib
 import logging
 import os
-import re
 import subprocess
 import urllib.parse
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -35,8 +34,8 @@ from .client_errors import (
     HandshakeCheck,
     HandshakeRefused,
     _safe_detail,
-    redact_url,
 )
+from .redact import RedactSecrets
 
 if TYPE_CHECKING:
     from ssl import SSLContext
@@ -532,28 +531,9 @@ def _authorized(url: str, token: str | None, headers: Mapping[str, str] | None,
     return _without_url_token(url), merged
 
 
-_AUTHORIZATION_VALUE: Final = re.compile(
-    r"(\bauthorization:\s*(?:[a-z][a-z0-9._~+/-]*\s+)?)\S+", re.IGNORECASE)
-
-
-class _RedactSecrets(logging.Filter):
-    """Keeps access tokens out of the websockets debug log, which shows the request
-    line (``GET /?token=...``) and every header of the handshake."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        try:
-            message = record.getMessage()
-        except (TypeError, ValueError):
-            return True  # a filter that raises would break the connection: the handler reports it
-        redacted = _AUTHORIZATION_VALUE.sub(r"\g<1>REDACTED", redact_url(message))
-        if redacted != message:
-            record.msg, record.args = redacted, ()
-        return True
-
-
 # a child of websockets' own logger, so its level and handlers apply unchanged
 _WS_LOGGER: Final = logging.getLogger("websockets.client.agenthost_protocol")
-_WS_LOGGER.addFilter(_RedactSecrets())
+_WS_LOGGER.addFilter(RedactSecrets())
 
 _REFUSALS: Final = {
     503: "the host is at its connection limit (HTTP 503)",

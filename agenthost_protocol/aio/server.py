@@ -51,12 +51,15 @@ from ..host import (
     Host,
     HostConnection,
     HostLimits,
+    Initialized,
+    Reconnected,
     RequestReceived,
     Responder,
     StoreFailed,
 )
 from ..types.error_codes import JsonRpcErrorCode
 from ._limits import DEFAULT_MAX_MESSAGE_SIZE
+from .activity import ActivityLog, printable, shown
 
 __all__ = [
     "DEFAULT_MAX_MESSAGE_SIZE",
@@ -570,6 +573,9 @@ class HostServer:
         self._idle = asyncio.Event()
         self._idle.set()
         self._flushing = False
+        if host.observer is None:
+            # what the host does, logged the same for every agent and transport
+            host.observer = ActivityLog(host)
 
     @property
     def host(self) -> Host:
@@ -740,6 +746,8 @@ class HostServer:
         elif isinstance(event, StoreFailed):
             log.error("the store failed: %s%s", event.message,
                       f" ({event.refused} client actions refused)" if event.refused else "")
+        elif isinstance(event, Initialized | Reconnected):
+            self._log_handshake(event)
         elif isinstance(event, ClientIdClaimed):
             task = asyncio.get_running_loop().create_task(self._settle_claim(event))
             self._probes.add(task)
@@ -753,7 +761,9 @@ class HostServer:
         try:
             handler(event)
         except Exception:
-            log.exception("the event handler failed on %r", event)
+            # the event's kind, not its repr: its params may hold what a user wrote
+            log.exception("the event handler failed on %s%s", type(event).__name__,
+                          f" ({event.method})" if isinstance(event, RequestReceived) else "")
             if isinstance(event, RequestReceived) and not event.responder.answered:
                 with contextlib.suppress(LocalProtocolError):
                     event.responder.error(JsonRpcErrorCode.INTERNAL_ERROR,
@@ -764,6 +774,18 @@ class HostServer:
                 # nothing holds its responder, nothing ever will answer it
                 weakref.finalize(event.responder, self._forgotten, event.connection,
                                  event.request_id, event.method)
+
+    @staticmethod
+    def _log_handshake(event: Initialized | Reconnected) -> None:
+        if not log.isEnabledFor(logging.INFO):
+            return
+        if isinstance(event, Initialized):
+            how = "initialized"
+        else:
+            how = "reconnected, " + ("missed actions replayed" if event.replayed
+                                     else "given snapshots")
+        log.info("connection #%d: client %s %s (protocol %s)", event.connection.number,
+                 shown(event.client_id), how, shown(event.protocol_version))
 
     def _forgotten(self, conn: HostConnection, request_id: object, method: str) -> None:
         if conn.closed or not isinstance(request_id, (int, str)):
@@ -809,18 +831,19 @@ class HostServer:
         Never raises for what the client does; cancelling it drops the
         connection.
         """
+        peer = getattr(stream, "peer", None)  # read here: a wrapper may not pass it on
         wrapper = self.stream_wrapper
         if wrapper is None or self._closing or self.at_capacity:
             # a connection refused at once is not wrapped (no capture file for it)
-            await self._serve_connection(stream)
+            await self._serve_connection(stream, peer)
             return
         wrapped = wrapper.wrap(stream)
         try:
-            await self._serve_connection(wrapped)
+            await self._serve_connection(wrapped, peer)
         finally:
             wrapper.done(wrapped)
 
-    async def _serve_connection(self, stream: MessageStream) -> None:
+    async def _serve_connection(self, stream: MessageStream, peer_name: object = None) -> None:
         if self._closing:
             await self._close_stream(stream, CloseReason.SHUTDOWN, "the host is shutting down")
             return
@@ -834,7 +857,8 @@ class HostServer:
         peer = _Peer(self, conn, stream)
         self._peers[conn] = peer
         self._idle.clear()
-        log.info("connection #%d: open", conn.number)
+        log.info("connection #%d: open%s", conn.number,
+                 f" from {shown(peer_name)}" if isinstance(peer_name, str) else "")
         reader = asyncio.create_task(peer.read_loop())
         deadline = asyncio.get_running_loop().call_later(
             self.limits.initialize_timeout, self._handshake_deadline, peer
@@ -860,9 +884,11 @@ class HostServer:
                 peer.queued_bytes = 0
                 if not self._peers:
                     self._idle.set()
-            log.info("connection #%d: closed (%s)", conn.number,
-                     f"{reason.value}: {peer.close_message}" if reason is not None
-                     else peer.close_message or "by the client")
+            client = conn.client_id
+            log.info("connection #%d%s: closed (%s)", conn.number,
+                     "" if client is None else f" (client {shown(client)})",
+                     printable(f"{reason.value}: {peer.close_message}" if reason is not None
+                               else peer.close_message or "by the client"))
 
     async def _close_stream(self, stream: MessageStream, reason: CloseReason,
                             message: str) -> None:

@@ -56,6 +56,9 @@ class LineStream:
     The size limit is enforced here, whatever the reader's own buffer limit.
     """
 
+    peer = "stdio"
+    """Who is at the other end (for log lines)."""
+
     def __init__(self, reader: ByteSource, writer: ByteSink, *, max_message_size: int) -> None:
         self._reader = reader
         self._writer = writer

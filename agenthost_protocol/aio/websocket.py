@@ -30,11 +30,13 @@ from http import HTTPStatus
 from typing import Final
 
 from .access import AccessPolicy, is_loopback
+from .redact import RedactSecrets
 from .server import CloseReason, EndOfStream, FrameCache, HostServer, MessageRefused
 
 try:
     from websockets.asyncio.server import Server, ServerConnection, serve
     from websockets.exceptions import ConnectionClosed
+    from websockets.frames import Frame, Opcode
     from websockets.http11 import Request, Response
     from websockets.protocol import State
 except ImportError as e:  # pragma: no cover - exercised in a subprocess
@@ -59,6 +61,28 @@ _MESSAGE_TOO_BIG: Final = 1009
 # websockets 14 and later send bytes as a text frame when asked (13 needs a str)
 _BYTES_AS_TEXT: Final = "text" in inspect.signature(ServerConnection.send).parameters
 _MAX_REASON_BYTES: Final = 123  # RFC 6455: a close frame's payload is at most 125 bytes
+_DATA_OPCODES: Final = frozenset({Opcode.TEXT, Opcode.BINARY, Opcode.CONT})
+
+
+class _HideFrameData(logging.Filter):
+    """websockets logs every frame at debug, payload included: the messages' text and
+    tool content.  The server's log shows a data frame's kind and size only."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and len(args) == 1 and isinstance(args[0], Frame):
+            frame = args[0]
+            if frame.opcode in _DATA_OPCODES:
+                record.args = (f"{frame.opcode.name} [{len(frame.data)} bytes]",)
+        return True
+
+
+# a child of websockets' own server logger, so its level and handlers apply unchanged; at
+# debug it shows each handshake's request line (``GET /?token=...``) and headers
+# (``Authorization``): never the token, never a message's text
+_WS_LOGGER: Final = logging.getLogger("websockets.server.agenthost_protocol")
+_WS_LOGGER.addFilter(_HideFrameData())
+_WS_LOGGER.addFilter(RedactSecrets())
 
 
 def _text_frame(message: bytes) -> bytes:
@@ -98,6 +122,15 @@ class WebSocketStream:
     @property
     def websocket(self) -> ServerConnection:
         return self._ws
+
+    @property
+    def peer(self) -> str:
+        """The client's address, ``HOST:PORT`` (for log lines)."""
+        address = self._ws.remote_address
+        if isinstance(address, tuple) and len(address) >= 2:
+            host = str(address[0])
+            return f"[{host}]:{address[1]}" if ":" in host else f"{host}:{address[1]}"
+        return str(address)
 
     async def receive(self) -> bytes | str:
         try:
@@ -294,6 +327,7 @@ async def serve_websocket(
         ping_timeout=ping_timeout,
         close_timeout=server.limits.close_timeout,
         compression="deflate" if compression == "deflate" else None,
+        logger=_WS_LOGGER,
     )
     ws_server = WebSocketServer(server, endpoint, host, secure=ssl is not None, access=policy)
     log.info("serving %s", ws_server.url)

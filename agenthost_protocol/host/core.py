@@ -41,7 +41,7 @@ import contextlib
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from enum import Enum
-from typing import Final, Literal, TypeAlias, cast
+from typing import Final, Literal, Protocol, TypeAlias, cast
 
 from attrs import evolve, frozen
 
@@ -100,6 +100,7 @@ __all__ = [
     "ClientAction",
     "Hold",
     "Host",
+    "HostObserver",
     "ProtocolNotificationParams",
     "Reject",
     "Review",
@@ -177,6 +178,27 @@ _TOOL_CALLS_IN_FLIGHT = (
 )
 """The states of a client tool call a removed client can no longer finish
 (and that ``chat/toolCallComplete`` can end)."""
+
+
+class HostObserver(Protocol):
+    """Told of what the host does, as it does it (:attr:`Host.observer`): what an
+    activity log needs, in one place for every agent and every transport.
+
+    Called inside the host's calls, on its hot path: an observer returns
+    quickly, never raises and never calls the host back to change it.
+    """
+
+    def applied(self, envelope: t.ActionEnvelope) -> None:
+        """``envelope``'s action was applied to its channel (a client's or the server's).
+
+        With a store, an action whose commit then fails is taken back
+        (:class:`StoreFailed`); the observer has heard of it all the same.
+        """
+        ...
+
+    def removed(self, uri: str) -> None:
+        """Channel ``uri`` is gone (a session or chat disposed ...), not merely unloaded."""
+        ...
 
 
 class Host(Commands, Durable):
@@ -268,6 +290,8 @@ class Host(Commands, Durable):
         self._terminal_command_prefix = terminal_command_prefix
         self._telemetry = telemetry
         self._sessions = sessions.SessionBook(list_page_size)
+        self.observer: HostObserver | None = None
+        """Told of every applied action and removed channel (``None``: nobody)."""
         self._limits = limits if limits is not None else HostLimits()
         self.content = ContentStore(max_item_bytes=self._item_limit(self._limits))
         """Large content served by reference (:meth:`by_reference`, ``resourceRead``)."""
@@ -473,6 +497,9 @@ class Host(Commands, Durable):
             conn._windows.pop(uri, None)
         self._sessions.forget_channel(uri)
         self._views.drop_chat(uri)
+        observer = self.observer
+        if observer is not None:
+            observer.removed(uri)
 
     def snapshot(self, uri: str) -> t.Snapshot | None:
         """A snapshot of stateful channel ``uri`` as of now (``None`` if stateless)."""
@@ -528,6 +555,9 @@ class Host(Commands, Durable):
             self._views.drop_chat(channel)
         elif isinstance(new, t.TerminalState) and new is not state:
             self._sync_terminal(channel, new)
+        observer = self.observer
+        if observer is not None:
+            observer.applied(envelope)
         return envelope
 
     def _sequence(

@@ -9,20 +9,28 @@ Prints actions/s dispatched, messages and bytes/s out, encodes per envelope
 versions: filtering drops envelopes, it never rewrites them),
 and the growth of the process's maximum resident memory while streaming.
 
+``--activity LEVEL`` observes the host with an
+:class:`~agenthost_protocol.aio.activity.ActivityLog` whose logger is at
+``LEVEL`` (``warning``: the check alone; ``info``, ``debug``: its lines, made
+and dropped by a handler that writes nothing), as ``HostServer`` does.
+
 Run from the repository root::
 
     .venv/bin/python -m tests.benchmarks.bench_fanout [--connections 100] [--turns 1000]
+        [--activity off|warning|info|debug]
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import logging
 import resource
 import time
 from unittest import mock
 
 from agenthost_protocol import wire
+from agenthost_protocol.aio.activity import ActivityLog
 from agenthost_protocol.host import Host
 from agenthost_protocol.types import ChatState
 
@@ -35,9 +43,17 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=1000)
     parser.add_argument("--drain-every", type=int, default=227,
                         help="actions between two drains of every connection")
+    parser.add_argument("--activity", choices=("off", "warning", "info", "debug"),
+                        default="off", help="observe the host with an ActivityLog at this level")
     args = parser.parse_args()
 
     host = Host(clock=clock)
+    if args.activity != "off":
+        logger = logging.getLogger("bench.activity")
+        logger.propagate = False
+        logger.addHandler(logging.NullHandler())
+        logger.setLevel(args.activity.upper())
+        host.observer = ActivityLog(host, logger=logger)
     host.add_channel(CHANNEL, initial_state())
     connections = []
     for number in range(args.connections):
@@ -78,7 +94,7 @@ def main() -> None:
     state = host.state(CHANNEL)
     assert isinstance(state, ChatState) and len(state.turns) == args.turns
     print(f"{args.connections} connections (3/4 on 0.7.0, 1/4 on 0.6.0), "
-          f"{len(actions):,} actions, CPU time")
+          f"{len(actions):,} actions, CPU time, activity log {args.activity}")
     print(f"dispatch + fan-out: {elapsed * 1000:,.0f} ms, {len(actions) / elapsed:,.0f} actions/s")
     print(f"out: {messages:,} messages, {out_bytes / 1e6:,.1f} MB, "
           f"{messages / elapsed:,.0f} messages/s, {out_bytes / elapsed / 1e6:,.1f} MB/s")

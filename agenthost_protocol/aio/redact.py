@@ -1,0 +1,104 @@
+"""Keeping access tokens out of messages and log lines, on the host's side and the client's.
+
+An access token can travel in a URL's query (``?token=`` or ``?tkn=``), in a
+URL's user information (``ws://user:secret@host``) or in an ``Authorization``
+header; the websockets library logs the request line and every header of a
+handshake at debug level, on both sides.  :func:`redact_url` and
+:func:`redact_text` replace such values with ``REDACTED`` in any text;
+:class:`RedactSecrets` is a :class:`logging.Filter` that applies them (and,
+given the secrets themselves, replaces them wherever they appear) to a
+record's message and traceback before any handler formats it.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterable
+from typing import Final
+
+__all__ = ["REDACTED", "RedactSecrets", "redact_text", "redact_url"]
+
+REDACTED: Final = "REDACTED"
+
+# a query parameter named token or tkn (any case: redacting too much is harmless).  The
+# URL may sit in prose: punctuation ending the value is the sentence's ("...?token=abc:
+# refused"), a value without a letter or digit is no token ("with its ?token=, or"), and
+# an empty one still shows the token is missing
+_TOKEN_PARAM: Final = re.compile(
+    r"""([?&](?:token|tkn)=)(?=[^&#\s]*[A-Za-z0-9%])[^&#\s]*[^&#\s.,:;!?'")\]>]""",
+    re.IGNORECASE)
+# the password of a URL's user information (``ws://user:password@host``)
+_USERINFO_PASSWORD: Final = re.compile(r"(://[^/?#@\s:]*):[^/?#@\s]+@")
+# an Authorization (or Proxy-Authorization) header's credentials, after the scheme if any,
+# as websockets logs headers ("< Authorization: Bearer abc") or a repr shows them
+# (a scheme named alone, "Authorization: Bearer" in prose, holds no secret)
+_AUTHORIZATION_VALUE: Final = re.compile(
+    r"""(\bauthorization['"]?\s*[:=,]\s*['"]?(?:[a-z][a-z0-9._~+/-]*[ \t]+)?)"""
+    r"""(?!(?:bearer|basic)(?:[\s'".,;)]|$))[^\s'"]+""",
+    re.IGNORECASE)
+
+
+def redact_url(text: str) -> str:
+    """``text`` with the secrets a URL can carry replaced by ``REDACTED``.
+
+    The value of every ``token`` and ``tkn`` query parameter
+    (``ws://127.0.0.1:8765/?token=REDACTED``) and the password of a
+    ``user:password@`` part.  It works on any text, so a command line or an
+    error message holding such a URL can be shown too.
+    """
+    text = _TOKEN_PARAM.sub(rf"\g<1>{REDACTED}", text)
+    return _USERINFO_PASSWORD.sub(rf"\g<1>:{REDACTED}@", text)
+
+
+def redact_text(text: str) -> str:
+    """:func:`redact_url`, and the credentials of ``Authorization`` headers shown in ``text``."""
+    return _AUTHORIZATION_VALUE.sub(rf"\g<1>{REDACTED}", redact_url(text))
+
+
+class RedactSecrets(logging.Filter):
+    """A filter that passes every record, with the secrets of its message and of its
+    traceback replaced by ``REDACTED`` (:func:`redact_text`).
+
+    ``secrets`` (the access token itself ...) are replaced wherever they appear,
+    whatever carries them.  Add it to a logger to cover the records logged
+    through that logger (a logger's filters do not see what its children
+    propagate), or to a handler to cover everything that handler writes.
+    """
+
+    def __init__(self, secrets: Iterable[str] = ()) -> None:
+        super().__init__()
+        # the longest first: a secret holding another is replaced whole
+        self._secrets = tuple(sorted({s for s in secrets if s}, key=len, reverse=True))
+
+    def add(self, secret: str) -> None:
+        """Replace ``secret`` too from now on."""
+        if secret and secret not in self._secrets:
+            self._secrets = tuple(sorted((*self._secrets, secret), key=len, reverse=True))
+
+    def redact(self, text: str) -> str:
+        for secret in self._secrets:
+            if secret in text:
+                text = text.replace(secret, REDACTED)
+        return redact_text(text)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:
+            # a record that cannot be formatted: its raw parts, redacted, as the message
+            record.msg = self.redact(f"{record.msg!s} {record.args!r}")
+            record.args = ()
+            return True
+        redacted = self.redact(message)
+        if redacted != message:
+            record.msg, record.args = redacted, ()
+        if record.exc_info and not record.exc_text:
+            # formatted here, the way the handler's formatter would: it keeps exc_text
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = self.redact(record.exc_text)
+        if record.stack_info:
+            record.stack_info = self.redact(record.stack_info)
+        return True
+

@@ -61,13 +61,13 @@ import os
 import sqlite3
 import stat
 import struct
-import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from agenthost_protocol._user_dirs import LIBRARY, user_dir
 from agenthost_protocol.host.store import (
     Batch,
     ChannelRecord,
@@ -89,7 +89,7 @@ files from other SQLite files (``file(1)`` reads it too)."""
 SCHEMA_VERSION = 2
 """``PRAGMA user_version`` of a store this version writes; it reads any up to it."""
 
-_LIBRARY = "agenthost-protocol"
+_LIBRARY = LIBRARY
 
 _MAGIC = b"SQLite format 3\x00"
 _HEADER = 100
@@ -299,17 +299,7 @@ def default_store_path(name: str = "host.sqlite3") -> Path:
 def default_store_dir() -> Path:
     """This user's data directory for the library (``agenthost-protocol`` in
     ``$XDG_DATA_HOME``, ``~/Library/Application Support`` or ``%LOCALAPPDATA%``)."""
-    home = Path.home()
-    if sys.platform == "win32":
-        local = os.environ.get("LOCALAPPDATA")
-        base = Path(local) if local else home / "AppData" / "Local"
-    elif sys.platform == "darwin":
-        base = home / "Library" / "Application Support"
-    else:
-        xdg = os.environ.get("XDG_DATA_HOME")
-        # the XDG spec: a relative value is invalid and is ignored
-        base = Path(xdg) if xdg and os.path.isabs(xdg) else home / ".local" / "share"
-    return base / _LIBRARY
+    return user_dir("data")
 
 
 # --- errors ---------------------------------------------------------------------------

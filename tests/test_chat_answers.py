@@ -364,7 +364,7 @@ def test_session_and_continue_add_turns_to_the_same_session(tmp_path: Path) -> N
         # a session the host does not have: a clear refusal
         missing = piped(url, "five", "--session", "zzz-no-such")
         assert missing.returncode == EXIT_FAILED
-        assert b"no session of the host starts with 'zzz-no-such'" in missing.stderr
+        assert b"no session's URI ends in a segment starting with 'zzz-no-such'" in missing.stderr
         unknown = piped(url, "five", "--session", "ahp-session:/no-such")
         assert unknown.returncode == EXIT_FAILED
         assert b"cannot open the session ahp-session:/no-such" in unknown.stderr

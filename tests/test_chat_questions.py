@@ -19,7 +19,9 @@ pytest.importorskip("websockets")
 
 from agenthost_protocol import types as t
 from agenthost_protocol.cli import chat as chat_module
+from agenthost_protocol.cli import common
 from agenthost_protocol.cli.chat import EXIT_FAILED, EXIT_OK, EXIT_TIMEOUT, run_chat
+from agenthost_protocol.cli.common import CommandFailed
 from agenthost_protocol.cli.questions import (
     MAX_QUESTIONS,
     BadAnswer,
@@ -366,16 +368,19 @@ class Pages:
     """What ``listSessions`` answers, by cursor; ``endless``: a fresh empty page each time."""
 
     def __init__(self, pages: dict[str | None, t.ListSessionsResult], *,
-                 endless: bool = False) -> None:
+                 endless: bool = False, items: int = 0) -> None:
         self.pages = pages
         self.endless = endless
+        self.items = items
         self.calls = 0
 
     async def list_sessions(self, *, limit: int | None = None, cursor: str | None = None
                             ) -> t.ListSessionsResult:
         self.calls += 1
         if self.endless:
-            return t.ListSessionsResult(items=(), next_cursor=f"c{self.calls}")
+            return t.ListSessionsResult(items=tuple(
+                summary(f"ahp-session:/s{self.calls}-{i}", "2026-01-01T00:00:00Z")
+                for i in range(self.items)), next_cursor=f"c{self.calls}")
         return self.pages[cursor]
 
 
@@ -399,22 +404,26 @@ def test_continue_and_a_prefix_read_every_page(monkeypatch: pytest.MonkeyPatch) 
 
     async def body() -> None:
         client = pages  # duck-typed: only list_sessions is used
-        assert await chat._latest_session(client, None) == "ahp-session:/aaa2"  # type: ignore[arg-type]
-        assert await chat._find_session(client, "bb", None) == "ahp-session:/bbb1"  # type: ignore[arg-type]
-        assert await chat._find_session(client, "ccc1", None) == "ahp-session:/ccc1"  # type: ignore[arg-type]
-        with pytest.raises(chat_module._Failed, match="2 sessions start with 'aaa'"):
-            await chat._find_session(client, "aaa", None)  # type: ignore[arg-type]
-        with pytest.raises(chat_module._Failed, match="no session of the host starts with"):
-            await chat._find_session(client, "zzz", None)  # type: ignore[arg-type]
+        assert await chat._latest_session(client) == "ahp-session:/aaa2"  # type: ignore[arg-type]
+        assert await chat._find_session(client, "bb") == "ahp-session:/bbb1"  # type: ignore[arg-type]
+        assert await chat._find_session(client, "ccc1") == "ahp-session:/ccc1"  # type: ignore[arg-type]
+        with pytest.raises(CommandFailed, match="'aaa' names 2 sessions"):
+            await chat._find_session(client, "aaa")  # type: ignore[arg-type]
+        with pytest.raises(CommandFailed, match="no session's URI ends in a segment starting"):
+            await chat._find_session(client, "zzz")  # type: ignore[arg-type]
         # a URI is taken as it is, without listing
         calls = pages.calls
-        assert await chat._find_session(client, "ahp-session:/x", None) == "ahp-session:/x"  # type: ignore[arg-type]
+        assert await chat._find_session(client, "ahp-session:/x") == "ahp-session:/x"  # type: ignore[arg-type]
         assert pages.calls == calls
 
-        monkeypatch.setattr(chat_module, "MAX_LISTED_PAGES", 5)
-        endless = Pages({}, endless=True)
-        with pytest.raises(chat_module._Failed, match="no session to continue"):
-            await chat._latest_session(endless, None)  # type: ignore[arg-type]
-        assert endless.calls == 6  # the first page, then five more
+        endless = Pages({}, endless=True)  # empty pages, each with a new cursor
+        with pytest.raises(CommandFailed, match="no session to continue"):
+            await chat._latest_session(endless)  # type: ignore[arg-type]
+        assert endless.calls == 1  # an empty page that says there is more ends the listing
+
+        monkeypatch.setattr(common, "MAX_PAGES", 5)
+        full = Pages({}, endless=True, items=1)  # a session a page, never the last page
+        assert (await chat._latest_session(full)).startswith("ahp-session:/")  # type: ignore[arg-type]
+        assert full.calls == 5
 
     run(body())

@@ -36,12 +36,12 @@ import contextlib
 import json
 import os
 import stat
-import sys
 from pathlib import Path
 from typing import Final
 
 from attrs import frozen
 
+from .._user_dirs import user_dir
 from ..aio.access import new_token
 
 __all__ = [
@@ -55,7 +55,6 @@ __all__ = [
     "settings_path",
 ]
 
-_LIBRARY: Final = "agenthost-protocol"
 _FILE: Final = "settings.json"
 MAX_SETTINGS_BYTES: Final = 64 * 1024
 """The largest settings file read: anything bigger is not one of ours."""
@@ -80,17 +79,7 @@ class TokenSettings:
 
 def config_dir() -> Path:
     """This user's config directory for the library (per platform convention)."""
-    home = Path.home()
-    if sys.platform == "win32":
-        appdata = os.environ.get("APPDATA")
-        base = Path(appdata) if appdata else home / "AppData" / "Roaming"
-    elif sys.platform == "darwin":
-        base = home / "Library" / "Application Support"
-    else:
-        xdg = os.environ.get("XDG_CONFIG_HOME")
-        # the XDG spec: a relative value is invalid and is ignored
-        base = Path(xdg) if xdg and os.path.isabs(xdg) else home / ".config"
-    return base / _LIBRARY
+    return user_dir("config")
 
 
 def settings_path() -> Path:

@@ -51,7 +51,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from datetime import datetime
 from typing import IO, Final
 
 from .. import types as t
@@ -82,6 +81,18 @@ from ..errors import ProtocolError
 from ..reducers._clock import iso_timestamp
 from ..versions import SUPPORTED_PROTOCOL_VERSIONS
 from . import questions
+from .common import (
+    EXIT_CONNECT,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_TIMEOUT,
+    EXIT_USAGE,
+    EXIT_VERSION,
+    list_all,
+    resolve_session,
+)
+from .common import CommandFailed as _Failed
 from .terminal import safe_text
 
 __all__ = [
@@ -93,8 +104,6 @@ __all__ = [
     "EXIT_USAGE",
     "EXIT_VERSION",
     "MAX_LINE",
-    "MAX_LISTED_PAGES",
-    "MAX_LISTED_SESSIONS",
     "STOP_TIMEOUT",
     "WAIT_NOTICE_AFTER",
     "InputFn",
@@ -108,24 +117,12 @@ log = logging.getLogger(__name__)
 
 PROG: Final = "agenthost-protocol chat"
 
-EXIT_OK: Final = 0
-EXIT_FAILED: Final = 1
-EXIT_USAGE: Final = 2
-EXIT_CONNECT: Final = 3
-EXIT_VERSION: Final = 4
-EXIT_TIMEOUT: Final = 5
-EXIT_INTERRUPTED: Final = 130
-
 MAX_LINE: Final = 64 * 1024
 """The longest line read from the user, in bytes: a longer one is refused (and skipped)."""
 STOP_TIMEOUT: Final = 2.0
 """How long stopping waits for the host to take the cancel of the turn, in seconds."""
 WAIT_NOTICE_AFTER: Final = 5.0
 """After this many seconds with nothing new, a line on stderr says what is waited for."""
-MAX_LISTED_SESSIONS: Final = 100_000
-"""``--continue`` and a session prefix read at most this many sessions of ``listSessions``."""
-MAX_LISTED_PAGES: Final = 1_000
-"""... and at most this many pages (a host could send empty pages without end)."""
 
 InputFn = Callable[[str], str]
 """Asks the user: takes the prompt, returns the answer line; raises ``EOFError`` at the end
@@ -198,15 +195,6 @@ def _stdin_is_a_terminal() -> bool:
         return os.isatty(0)
     except OSError:
         return False
-
-
-class _Failed(Exception):
-    """End the command with ``status`` after printing ``message``."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
 
 
 class _TurnFailed(_Failed):
@@ -441,14 +429,6 @@ async def _ask(input_fn: InputFn, prompt: str) -> str | None:
     return await future
 
 
-def _when(summary: t.SessionSummary) -> float:
-    """``modifiedAt`` of a session summary as a number (unreadable: the oldest)."""
-    try:
-        return datetime.fromisoformat(summary.modified_at.replace("Z", "+00:00")).timestamp()
-    except (ValueError, OverflowError):
-        return float("-inf")
-
-
 class _Chat:
     """One run of the command."""
 
@@ -472,14 +452,13 @@ class _Chat:
     async def run(self, client: AsyncClient, message: str | None) -> int:
         init = await client.initialize([ROOT_CHANNEL])
         log.info("connected to %s (protocol %s)", client.target, init.protocol_version)
-        sessions: t.ListSessionsResult | None = None
         with contextlib.suppress(RequestError):
             # what the TypeScript client does after every connect; some hosts expect it
-            sessions = await client.list_sessions()
+            await client.list_sessions()
         if self.session is not None:
-            session = await self._find_session(client, self.session, sessions)
+            session = await self._find_session(client, self.session)
         elif self.continue_last:
-            session = await self._latest_session(client, sessions)
+            session = await self._latest_session(client)
         else:
             session = await client.create_session(provider=self.provider or self._first_provider(
                 client))
@@ -533,44 +512,23 @@ class _Chat:
                 _complain(self.err, e.message)
                 status = EXIT_FAILED
 
-    async def _all_sessions(self, client: AsyncClient, first: t.ListSessionsResult | None
-                            ) -> list[t.SessionSummary]:
-        """Every session ``listSessions`` gives, page after page (at most
-        :data:`MAX_LISTED_SESSIONS` in :data:`MAX_LISTED_PAGES` pages; a cursor seen before
-        ends it)."""
-        page = first if first is not None else await client.list_sessions()
-        found = list(page.items)
-        seen: set[str] = set()
-        while page.next_cursor is not None and page.next_cursor not in seen and (
-                len(found) < MAX_LISTED_SESSIONS and len(seen) < MAX_LISTED_PAGES):
-            seen.add(page.next_cursor)
-            page = await client.list_sessions(cursor=page.next_cursor)
-            found.extend(page.items[:MAX_LISTED_SESSIONS - len(found)])
-        return found[:MAX_LISTED_SESSIONS]
-
-    async def _find_session(self, client: AsyncClient, name: str,
-                            first: t.ListSessionsResult | None) -> str:
+    @staticmethod
+    async def _find_session(client: AsyncClient, name: str) -> str:
         """The session ``name`` names: its URI, or a unique prefix of its URI's last segment."""
         name = name.strip()
         if not name:
             raise _Failed(EXIT_USAGE, "--session needs a session URI (or the start of its id)")
         if ":" in name:
-            return name
-        matches = [s.resource for s in await self._all_sessions(client, first)
-                   if s.resource.rstrip("/").rsplit("/", 1)[-1].startswith(name)]
-        if not matches:
-            raise _Failed(EXIT_FAILED, f"no session of the host starts with {name!r}")
-        if len(matches) > 1:
-            shown = ", ".join(matches[:5]) + (" ..." if len(matches) > 5 else "")
-            raise _Failed(EXIT_FAILED, f"{len(matches)} sessions start with {name!r}: {shown}")
-        return matches[0]
+            return name  # taken as it is, without listing
+        sessions, _cut = await list_all(client)
+        return resolve_session(name, sessions)
 
-    async def _latest_session(self, client: AsyncClient,
-                              first: t.ListSessionsResult | None) -> str:
-        sessions = await self._all_sessions(client, first)
+    @staticmethod
+    async def _latest_session(client: AsyncClient) -> str:
+        sessions, _cut = await list_all(client)
         if not sessions:
             raise _Failed(EXIT_FAILED, "--continue: the host has no session to continue")
-        return max(sessions, key=_when).resource
+        return sessions[0].resource
 
     @staticmethod
     def _first_provider(client: AsyncClient) -> str | None:

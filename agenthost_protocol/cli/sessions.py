@@ -23,7 +23,6 @@ import asyncio
 import json
 import logging
 import sys
-from collections.abc import Sequence
 from typing import IO, Final
 
 from attrs import frozen
@@ -43,6 +42,19 @@ from ..aio.client import (
 )
 from ..errors import ProtocolError
 from ..types.error_codes import AhpErrorCode
+from .common import (
+    EXIT_CONNECT,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_TIMEOUT,
+    EXIT_USAGE,
+    EXIT_VERSION,
+    MAX_SESSIONS,
+    list_all,
+    resolve_session,
+)
+from .common import CommandFailed as _Failed
 from .render import MAX_LINE_CHARS, chat_lines, one_line, status_name
 from .terminal import safe_text
 
@@ -59,26 +71,10 @@ log = logging.getLogger(__name__)
 
 PROG: Final = "agenthost-protocol sessions"
 
-EXIT_OK: Final = 0
-EXIT_FAILED: Final = 1
-EXIT_USAGE: Final = 2
-EXIT_CONNECT: Final = 3
-EXIT_VERSION: Final = 4
-EXIT_TIMEOUT: Final = 5
-
-MAX_SESSIONS: Final = 100_000
-"""The most sessions read from a host's listing (a hostile host could page forever)."""
 MIN_PREFIX: Final = 4
 """The shortest prefix of a URI's last segment that names a session to ``rm``."""
 MAX_CHAT_PAGES: Final = 10_000
 """The most ``fetchTurns`` pages ``show`` asks for."""
-
-
-class _Failed(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
 
 
 @frozen(kw_only=True)
@@ -109,61 +105,6 @@ class Listed:
         }
         # ASCII only: every control character and bidi mark arrives escaped
         return json.dumps(record, ensure_ascii=True)
-
-
-def _newest_first(summary: t.SessionSummary) -> tuple[str, str, str]:
-    return (summary.modified_at, summary.created_at, summary.resource)
-
-
-async def list_all(client: AsyncClient, *, page: int | None = None,
-                   cap: int = MAX_SESSIONS) -> tuple[list[t.SessionSummary], bool]:
-    """Every session of the host's listing, paged with ``page`` a request, the most
-    recently changed first; and whether the listing was cut at ``cap`` (or its paging
-    went wrong: a page without items, a cursor seen before)."""
-    found: dict[str, t.SessionSummary] = {}
-    cursor: str | None = None
-    cursors: set[str] = set()
-    cut = False
-    while True:
-        result = await client.list_sessions(limit=page, cursor=cursor)
-        for summary in result.items:
-            if len(found) >= cap:
-                cut = True
-                break
-            found.setdefault(summary.resource, summary)
-        following = result.next_cursor
-        if following is None or cut:
-            break
-        if not result.items or following in cursors:
-            cut = True  # a host that pages without end: what it gave is shown
-            break
-        cursors.add(following)
-        cursor = following
-    items = sorted(found.values(), key=_newest_first, reverse=True)
-    return items, cut
-
-
-def resolve_session(word: str, sessions: Sequence[t.SessionSummary], *,
-                    min_prefix: int = 1) -> str:
-    """The session ``word`` names: a URI (``ahp-session:/...``, anything with a ``:``),
-    as is; or a prefix of at least ``min_prefix`` characters of the last segment of
-    exactly one listed session's URI (as ``chat --session`` takes it).  ``_Failed``
-    otherwise: exit 1 when it names none or several, 2 when it is too short."""
-    word = word.strip()
-    if ":" in word:
-        return word
-    if len(word) < max(1, min_prefix):
-        raise _Failed(EXIT_USAGE, f"{word!r} is too short to name a session here: give its "
-                      f"URI or at least {max(1, min_prefix)} characters of its last segment")
-    matches = [s.resource for s in sessions
-               if s.resource.rstrip("/").rpartition("/")[2].startswith(word)]
-    if len(matches) == 1:
-        return matches[0]
-    if not matches:
-        raise _Failed(EXIT_FAILED, f"no session's URI ends in a segment starting with {word!r}")
-    shown = ", ".join(one_line(m) for m in matches[:5])
-    raise _Failed(EXIT_FAILED, f"{word!r} names {len(matches)} sessions ({shown}"
-                  f"{', ...' if len(matches) > 5 else ''}): give more of it, or the URI")
 
 
 async def _default_chat(client: AsyncClient, session: str) -> str | None:
@@ -340,7 +281,7 @@ def run_from_args(args: argparse.Namespace) -> int:
         return asyncio.run(run_sessions(args))
     except KeyboardInterrupt:
         print(f"\n{PROG}: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
         # `sessions URL | head`: the reader had enough; nothing more goes to it at exit
         import os  # noqa: PLC0415

@@ -37,7 +37,7 @@ from collections.abc import Callable, Sequence
 from typing import IO, TYPE_CHECKING, Any
 
 from .._version import __version__
-from ._args import LOG_LEVELS, positive_int, positive_seconds
+from ._args import LOG_LEVELS, add_host_arguments, positive_int
 from .serve import add_parser as add_serve_parser
 from .serve import serve_command
 
@@ -168,8 +168,8 @@ def add_chat_parser(sub: Any) -> None:
         "3 cannot connect, 4 protocol version mismatch, 5 timeout, 130 interrupted (Ctrl-C; "
         "the turn is cancelled first). See docs/client.md.",
     )
-    chat.add_argument("target", metavar="URL",
-                      help="the host's ws:// or wss:// URL (with --stdio: a command to run)")
+    add_host_arguments(chat, timeout_help="give up when nothing comes from the host or the "
+                       "agent for this long (default 30; time spent answering does not count)")
     chat.add_argument("message", metavar="MESSAGE", nargs="?", default=None,
                       help="the message to send (none: a conversation, one turn a line)")
     which = chat.add_mutually_exclusive_group()
@@ -180,12 +180,6 @@ def add_chat_parser(sub: Any) -> None:
                        help="continue the session changed last")
     chat.add_argument("-y", "--yes", action="store_true",
                       help="approve every tool call without asking (questions are still asked)")
-    chat.add_argument("--stdio", action="store_true",
-                      help="URL is a command line: spawn it and speak JSON Lines on its "
-                      "stdin/stdout (e.g. \"agenthost-protocol serve --stdio\")")
-    chat.add_argument("--timeout", type=positive_seconds, default=30.0, metavar="SECONDS",
-                      help="give up when nothing comes from the host or the agent for this "
-                      "long (default 30; time spent answering does not count)")
     chat.add_argument("--provider", default=None,
                       help="the agent provider of a new session (default: the host's first "
                       "agent)")
@@ -218,14 +212,8 @@ def add_sessions_parser(sub: Any) -> argparse.ArgumentParser:
     )
     verbs = sessions.add_subparsers(dest="verb", required=True, metavar="{list,show,rm}")
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("target", metavar="URL",
-                        help="the host's ws:// or wss:// URL (with --stdio: a command to run)")
-    common.add_argument("--stdio", action="store_true",
-                        help="URL is a command line: spawn it and speak JSON Lines on its "
-                        "stdin/stdout")
-    common.add_argument("--timeout", type=positive_seconds, default=30.0, metavar="SECONDS",
-                        help="give up on a connection or an answer after this long "
-                        "(default 30)")
+    add_host_arguments(common, timeout_help="give up on a connection or an answer after "
+                       "this long (default 30)")
     common.add_argument("--page-size", type=positive_int, default=None, metavar="N",
                         help="sessions asked for per listSessions request (default: the "
                         "host's choice)")

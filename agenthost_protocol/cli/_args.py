@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import argparse
 
-__all__ = ["AGENTS", "LOG_LEVELS", "agent_choice", "positive_int", "positive_seconds", "seconds"]
+__all__ = [
+    "AGENTS",
+    "LOG_LEVELS",
+    "add_host_arguments",
+    "agent_choice",
+    "positive_int",
+    "positive_seconds",
+    "seconds",
+]
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -39,3 +47,15 @@ def agent_choice(text: str) -> str:
         return text
     raise argparse.ArgumentTypeError(
         f"invalid choice: {text!r} (choose from {', '.join(AGENTS)}, or MODULE:ATTR)")
+
+
+def add_host_arguments(parser: argparse.ArgumentParser, *, timeout_help: str) -> None:
+    """The arguments of a command that talks to a host (``chat``, ``sessions``): its
+    URL (or, with ``--stdio``, a command to spawn) and the ``--timeout`` of a wait."""
+    parser.add_argument("target", metavar="URL",
+                        help="the host's ws:// or wss:// URL (with --stdio: a command to run)")
+    parser.add_argument("--stdio", action="store_true",
+                        help="URL is a command line: spawn it and speak JSON Lines on its "
+                        "stdin/stdout (e.g. \"agenthost-protocol serve --stdio\")")
+    parser.add_argument("--timeout", type=positive_seconds, default=30.0, metavar="SECONDS",
+                        help=timeout_help)

@@ -192,3 +192,21 @@ def test_reduce_reads_bytes_and_answers_every_bad_line() -> None:
     assert "lone surrogate" in results[2]["error"]
     assert "within" in results[3]["error"]
     assert results[4] == results[0]
+
+
+def test_the_help_texts_show_how_to_reach_the_host(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    listing = " ".join(capsys.readouterr().out.split())
+    # the line `serve` has in the command list shows the URL with its token
+    assert "serve run an AHP 0.7.0 host at ws://HOST:PORT/?token=TOKEN" in listing
+    assert "sessions" in listing
+    with pytest.raises(SystemExit):
+        cli.main(["serve", "--help"])
+    text = capsys.readouterr().out
+    usage = text.split("\n\n", 1)[0]
+    assert "MODULE:ATTR" in usage
+    description = " ".join(text.split("\n\n", 2)[1].split())
+    assert description.startswith("Run a real AHP 0.7.0 host; it prints "
+                                  "'serving ws://HOST:PORT/?token=TOKEN' first")
+    assert "--new-token" in text

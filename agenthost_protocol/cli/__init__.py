@@ -267,8 +267,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``agenthost-protocol`` command."""
     parser = argparse.ArgumentParser(
         prog="agenthost-protocol",
-        description="Agent Host Protocol tools: conformance runner, batch reducer, "
-        "wire-shape check, a demo host, a chat client.",
+        description="Agent Host Protocol tools: a host (serve), a client (chat, "
+        "sessions), host and traffic checks (check-host, check-traffic), the conformance "
+        "runner, a batch reducer and the wire-shape check.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)

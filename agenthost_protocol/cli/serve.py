@@ -18,7 +18,8 @@ __all__ = ["add_parser", "serve_command"]
 def add_parser(sub: Any) -> argparse.ArgumentParser:
     serve: argparse.ArgumentParser = sub.add_parser(
         "serve",
-        help="run an AHP 0.7.0 host with the demo agent or an ACP/pi/xcsh agent process",
+        help="run an AHP 0.7.0 host at ws://HOST:PORT/?token=TOKEN (the token kept across "
+        "restarts) with the demo agent, an ACP/pi/xcsh agent process or MODULE:ATTR",
         usage="%(prog)s [options] [--agent {demo,acp,pi,xcsh,MODULE:ATTR}] "
         "[-- COMMAND [ARGS ...]]",
         description="Run a real AHP 0.7.0 host; it prints 'serving "

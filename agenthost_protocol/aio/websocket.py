@@ -14,6 +14,9 @@ token): a refused handshake never reaches the host.  It gets 401 with
 ``WWW-Authenticate: Bearer`` for the token, 403 for the Host or the Origin
 (told apart, so a client knows which to fix), each with the one-line reason
 as its body; 503 when the server serves ``max_connections`` already.
+Connections that have not sent their upgrade request yet are bounded too
+(``max_connections`` of them; one more closes the oldest), so stalled
+handshakes cannot pile up file descriptors.
 
 Built on the asyncio API of ``websockets`` (13 or later); this module is
 the only one that imports it.
@@ -25,6 +28,7 @@ import asyncio
 import inspect
 import logging
 import ssl as _ssl
+import time
 from collections.abc import Sequence
 from http import HTTPStatus
 from typing import Final
@@ -38,7 +42,7 @@ try:
     from websockets.exceptions import ConnectionClosed
     from websockets.frames import Frame, Opcode
     from websockets.http11 import Request, Response
-    from websockets.protocol import State
+    from websockets.protocol import Event, State
 except ImportError as e:  # pragma: no cover - exercised in a subprocess
     raise ImportError(
         "agenthost_protocol.aio.websocket needs the websockets package (13 or later): "
@@ -83,6 +87,64 @@ class _HideFrameData(logging.Filter):
 _WS_LOGGER: Final = logging.getLogger("websockets.server.agenthost_protocol")
 _WS_LOGGER.addFilter(_HideFrameData())
 _WS_LOGGER.addFilter(RedactSecrets())
+
+
+class _Handshakes:
+    """The connections whose upgrade request has not arrived yet, oldest first.
+
+    websockets gives each one its ``open_timeout`` and no bound on how many:
+    someone who cannot pass the access check can still open connections, send
+    half a request and stall, faster than the timeout ends them, each holding a
+    file descriptor.  At most ``limit`` wait here; one more closes the oldest:
+    a real client's request follows its connect at once, so it is never the
+    oldest for long, while a flood mostly displaces itself.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._waiting: dict[ServerConnection, None] = {}
+        self._dropped = 0
+        self._told = -1.0
+
+    def __len__(self) -> int:
+        return len(self._waiting)
+
+    def add(self, connection: ServerConnection) -> None:
+        while len(self._waiting) >= self.limit:
+            oldest = next(iter(self._waiting))
+            del self._waiting[oldest]
+            oldest.transport.abort()
+            self._dropped += 1
+        self._waiting[connection] = None
+        if self._dropped:
+            now = time.monotonic()
+            if now - self._told >= 10.0:  # one line per 10 s, not one per connection of a flood
+                log.warning("closed %d WebSocket connections that had not sent their "
+                            "upgrade request: more than %d were waiting at once",
+                            self._dropped, self.limit)
+                self._dropped, self._told = 0, now
+
+    def done(self, connection: ServerConnection) -> None:
+        self._waiting.pop(connection, None)
+
+
+def _counted(handshakes: _Handshakes) -> type[ServerConnection]:
+    """A websockets connection that is counted in ``handshakes`` until its request came."""
+
+    class CountedConnection(ServerConnection):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            super().connection_made(transport)
+            handshakes.add(self)
+
+        def process_event(self, event: Event) -> None:
+            handshakes.done(self)
+            super().process_event(event)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            handshakes.done(self)
+            super().connection_lost(exc)
+
+    return CountedConnection
 
 
 def _text_frame(message: bytes) -> bytes:
@@ -273,6 +335,7 @@ async def serve_websocket(
     ping_timeout: float | None = 20.0,
     access: AccessPolicy | None = None,
     ssl: _ssl.SSLContext | None = None,
+    open_timeout: float = 10.0,
 ) -> WebSocketServer:
     """Listen on ``host``:``port`` and serve ``server`` to every WebSocket client.
 
@@ -283,8 +346,15 @@ async def serve_websocket(
     keepalive is the client's ``ping`` request, answered at any time;
     ``ping_interval`` / ``ping_timeout`` add WebSocket ping frames, which the
     transport spec allows, to notice peers that vanished (``None`` disables).
+
+    A connection has ``open_timeout`` seconds to complete its upgrade (the TLS
+    handshake included).  Connections still waiting to send their upgrade
+    request are bounded like served ones, at ``server.limits.max_connections``:
+    one more closes the one that has waited longest, so stalled handshakes
+    cannot hold an unbounded number of file descriptors.
     """
     policy = access if access is not None else AccessPolicy()
+    handshakes = _Handshakes(server.limits.max_connections)
     compression = server.limits.compression
     if compression == "auto":
         compression = "none" if host is not None and is_loopback(host) else "deflate"
@@ -328,6 +398,8 @@ async def serve_websocket(
         close_timeout=server.limits.close_timeout,
         compression="deflate" if compression == "deflate" else None,
         logger=_WS_LOGGER,
+        open_timeout=open_timeout,
+        create_connection=_counted(handshakes),
     )
     ws_server = WebSocketServer(server, endpoint, host, secure=ssl is not None, access=policy)
     log.info("serving %s", ws_server.url)

@@ -24,7 +24,12 @@ from agenthost_protocol import types as t
 from agenthost_protocol import wire
 from agenthost_protocol.aio import ServerLimits
 from agenthost_protocol.aio.access import AccessPolicy, is_loopback, url_with_token
-from agenthost_protocol.client import ActionReceived, RequestFailed, ResponseReceived
+from agenthost_protocol.client import (
+    ActionReceived,
+    Reconnected,
+    RequestFailed,
+    ResponseReceived,
+)
 from agenthost_protocol.host import Host
 from agenthost_protocol.types.error_codes import AhpErrorCode, JsonRpcErrorCode
 
@@ -365,7 +370,7 @@ def test_throwaway_handshakes_do_not_evict_a_client_with_pending_state(subscribi
             event = await back.until(lambda e: type(e).__name__ in ("Reconnected",
                                                                      "Reinitialized",
                                                                      "RequestFailed"))
-            assert type(event).__name__ == "Reconnected", event
+            assert isinstance(event, Reconnected), event
             assert event.outcome.kind == t.ReconnectResultType.REPLAY, event
             await back_ws.close()
 

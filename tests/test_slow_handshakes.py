@@ -111,5 +111,76 @@ def test_stalled_handshakes_keep_the_servers_descriptors_bounded(tmp_path: Path)
             said = [line for line in (tmp_path / "serve.err").read_text().splitlines()
                     if "had not sent their upgrade request" in line]
             assert len(said) == 1, said
+            # websockets' "connection closed" only for the two that opened
+            assert len(log_lines(tmp_path / "serve.err", "connection closed")) == 2
 
     run(body(), 60)
+
+
+def log_lines(path: Path, text: str) -> list[str]:
+    return [line for line in path.read_text().splitlines() if text in line]
+
+
+def test_a_flood_of_refused_handshakes_writes_a_bounded_log(tmp_path: Path) -> None:
+    """Each handshake without the token used to cost two log lines at the default
+    level (the refusal and websockets' own "connection closed"): someone without
+    the token could grow the log without bound."""
+    async def body() -> None:
+        err = tmp_path / "serve.err"
+        async with serving(["--no-store"], err) as (proc, url):
+            port = urlsplit(url).port
+            assert port is not None
+            baseline = await settled(proc.pid, 0, 0.5)
+            request = (f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
+                       "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                       "Sec-WebSocket-Version: 13\r\n\r\n").encode()
+
+            async def refused() -> bytes:
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                writer.write(request)
+                try:
+                    return await reader.readline()
+                finally:
+                    writer.close()
+
+            statuses = []
+            for _ in range(10):
+                statuses += await asyncio.gather(*(refused() for _ in range(50)))
+            assert all(s.startswith(b"HTTP/1.1 401") for s in statuses), set(statuses)
+            # a legitimate client still gets through, and its lines are all there
+            async def legitimate() -> None:
+                async with connect(url, reconnect=False) as client:
+                    await client.ping()
+
+            await asyncio.wait_for(legitimate(), 10)
+            after = await settled(proc.pid, baseline, 5)
+            assert after <= baseline, (baseline, after)
+            await asyncio.sleep(0.2)
+            refusals = log_lines(err, "refused a WebSocket handshake")
+            closed = log_lines(err, "connection closed")
+            print(f"\n500 refused handshakes: {len(refusals)} refusal lines, "
+                  f"{len(closed)} 'connection closed' lines")
+            assert 1 <= len(refusals) <= 20, len(refusals)
+            assert len(closed) == 1, closed  # the legitimate client's
+            assert log_lines(err, "HTTP response sent") == []
+            assert len(log_lines(err, "connection open")) == 1
+
+    run(body(), 60)
+
+
+def test_the_log_quota_counts_what_it_leaves_out(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from agenthost_protocol.aio import websocket
+
+    now = [100.0]
+    monkeypatch.setattr("agenthost_protocol.aio.websocket.time.monotonic", lambda: now[0])
+    quota = websocket._LogQuota("refused things", burst=3, period=10.0)
+    with caplog.at_level("WARNING", logger="agenthost_protocol.aio.websocket"):
+        assert [quota.allow() for _ in range(5)] == [True, True, True, False, False]
+        now[0] += 9.9
+        assert not quota.allow()
+        assert caplog.messages == []
+        now[0] += 0.1
+        assert quota.allow()
+    assert caplog.messages == ["3 more refused things in the last 10 s (not logged one by one)"]

@@ -81,12 +81,61 @@ class _HideFrameData(logging.Filter):
         return True
 
 
+class _QuietUnopened(logging.Filter):
+    """websockets logs "connection closed" for every TCP connection, those that never
+    became a WebSocket too (refused, stalled, closed for stalling), and each refusal's
+    response: someone without the token could write lines per connection without
+    bound.  This module says those itself, bounded (:class:`_LogQuota`)."""
+
+    _REFUSALS: Final = frozenset({"HTTP response sent (%d %s)", "connection rejected (%d %s)"})
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg in self._REFUSALS:
+            return False
+        if record.msg != "connection closed":
+            return True
+        connection = getattr(record, "websocket", None)
+        try:
+            response = getattr(connection, "response", None)
+        except ReferenceError:  # websockets passes a weak proxy
+            return False
+        return isinstance(response, Response) and response.status_code == 101
+
+
+class _LogQuota:
+    """At most ``burst`` log lines of one kind per ``period`` seconds; the lines left
+    out are counted and said in one line when the next period starts, so a flood of
+    connections cannot grow the log without bound."""
+
+    def __init__(self, what: str, burst: int = 20, period: float = 10.0) -> None:
+        self.what = what
+        self.burst = burst
+        self.period = period
+        self._start = -period
+        self._used = 0
+        self._left_out = 0
+
+    def allow(self) -> bool:
+        now = time.monotonic()
+        if now - self._start >= self.period:
+            if self._left_out:
+                log.warning("%d more %s in the last %.0f s (not logged one by one)",
+                            self._left_out, self.what, now - self._start)
+            self._start, self._used, self._left_out = now, 0, 0
+        if self._used < self.burst:
+            self._used += 1
+            return True
+        self._left_out += 1
+        return False
+
+
 # a child of websockets' own server logger, so its level and handlers apply unchanged; at
 # debug it shows each handshake's request line (``GET /?token=...``) and headers
 # (``Authorization``): never the token, never a message's text
 _WS_LOGGER: Final = logging.getLogger("websockets.server.agenthost_protocol")
 _WS_LOGGER.addFilter(_HideFrameData())
 _WS_LOGGER.addFilter(RedactSecrets())
+_WS_LOGGER.addFilter(_QuietUnopened())
 
 
 class _Handshakes:
@@ -355,6 +404,7 @@ async def serve_websocket(
     """
     policy = access if access is not None else AccessPolicy()
     handshakes = _Handshakes(server.limits.max_connections)
+    refusals = _LogQuota("refused WebSocket handshakes")
     compression = server.limits.compression
     if compression == "auto":
         compression = "none" if host is not None and is_loopback(host) else "deflate"
@@ -375,9 +425,10 @@ async def serve_websocket(
             return None
         else:
             status, reason = HTTPStatus(refusal.status), refusal.reason
-        # the path may carry a token: never logged
-        log.warning("refused a WebSocket handshake from %s: %d %s",
-                    connection.remote_address, status, reason)
+        if refusals.allow():
+            # the path may carry a token: never logged
+            log.warning("refused a WebSocket handshake from %s: %d %s",
+                        connection.remote_address, status, reason)
         response = connection.respond(status, reason + "\n")
         if status == HTTPStatus.UNAUTHORIZED:
             response.headers["WWW-Authenticate"] = 'Bearer realm="agenthost-protocol"'

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -184,3 +185,24 @@ def test_the_log_quota_counts_what_it_leaves_out(
         now[0] += 0.1
         assert quota.allow()
     assert caplog.messages == ["3 more refused things in the last 10 s (not logged one by one)"]
+
+
+def test_stalled_handshakes_do_not_hold_up_a_shutdown(tmp_path: Path) -> None:
+    """Stalled handshakes used to hold ``serve`` at SIGTERM for the whole open
+    timeout (10 s): the server waited for every accepted connection."""
+    async def body() -> None:
+        async with serving(["--no-store"], tmp_path / "serve.err") as (proc, url):
+            port = urlsplit(url).port
+            assert port is not None
+            held = await stall(port, 50)
+            await asyncio.sleep(0.3)
+            started = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            status = await asyncio.wait_for(proc.wait(), 30)
+            took = time.monotonic() - started
+            close_all(held)
+            print(f"\nSIGTERM with 50 stalled handshakes: exit {status} after {took:.2f} s")
+            assert status == 0
+            assert took < 5, took
+
+    run(body(), 60)

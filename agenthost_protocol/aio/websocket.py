@@ -154,11 +154,24 @@ class _Handshakes:
         self._waiting: dict[ServerConnection, None] = {}
         self._dropped = 0
         self._told = -1.0
+        self._closing = False
+
+    def close(self) -> None:
+        """Close every waiting connection, and any that comes from now on: at
+        shutdown a stalled handshake would otherwise hold the server for its
+        whole ``open_timeout``."""
+        self._closing = True
+        for connection in list(self._waiting):
+            connection.transport.abort()
+        self._waiting.clear()
 
     def __len__(self) -> int:
         return len(self._waiting)
 
     def add(self, connection: ServerConnection) -> None:
+        if self._closing:
+            connection.transport.abort()
+            return
         while len(self._waiting) >= self.limit:
             oldest = next(iter(self._waiting))
             del self._waiting[oldest]
@@ -334,6 +347,7 @@ class WebSocketServer:
         self._access = access if access is not None else AccessPolicy()
         # read now: a closed server has no sockets left to ask
         self._port: int = next(iter(endpoint.sockets)).getsockname()[1]
+        self._handshakes: _Handshakes | None = None
 
     @property
     def server(self) -> HostServer:
@@ -365,6 +379,8 @@ class WebSocketServer:
     async def close(self, reason: str = "the host is shutting down") -> None:
         """Stop listening, close every connection after its queued messages, wait for them."""
         self._endpoint.close(close_connections=False)
+        if self._handshakes is not None:
+            self._handshakes.close()
         await self._server.close(reason)
         await self._endpoint.wait_closed()
 
@@ -453,5 +469,6 @@ async def serve_websocket(
         create_connection=_counted(handshakes),
     )
     ws_server = WebSocketServer(server, endpoint, host, secure=ssl is not None, access=policy)
+    ws_server._handshakes = handshakes
     log.info("serving %s", ws_server.url)
     return ws_server

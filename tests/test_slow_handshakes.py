@@ -206,3 +206,43 @@ def test_stalled_handshakes_do_not_hold_up_a_shutdown(tmp_path: Path) -> None:
             assert took < 5, took
 
     run(body(), 60)
+
+
+def test_long_unfinished_requests_keep_the_servers_memory_bounded(tmp_path: Path) -> None:
+    """websockets buffers up to 128 header lines of 8 KiB while a request is
+    unfinished: 300 such connections used to cost the server about 300 MB."""
+    async def body() -> None:
+        async with serving(["--no-store"], tmp_path / "serve.err") as (proc, url):
+            port = urlsplit(url).port
+            assert port is not None
+            before = rss_kib(proc.pid)
+            baseline = fds(proc.pid)
+            head = b"GET / HTTP/1.1\r\n" + b"".join(
+                b"X-%d: %s\r\n" % (n, b"a" * 8000) for n in range(127))
+            held = []
+            for _ in range(6):
+                wave = []
+                for _ in range(50):
+                    _, writer = await asyncio.open_connection("127.0.0.1", port)
+                    writer.write(head)
+                    wave.append(writer)
+                await asyncio.gather(*(w.drain() for w in wave), return_exceptions=True)
+                held += wave
+            await asyncio.sleep(0.5)
+            during = rss_kib(proc.pid)
+
+            async def legitimate() -> None:
+                async with connect(url, reconnect=False) as client:
+                    await client.ping()
+
+            await asyncio.wait_for(legitimate(), 10)
+            close_all(held)
+            after = await settled(proc.pid, baseline, 5)
+            print(f"\n300 unfinished requests of {len(head) // 1024} KiB: RSS {before} KiB "
+                  f"before, {during} KiB with them; fds {baseline} before, {after} after")
+            assert during - before < 48 * 1024, (before, during)
+            assert after <= baseline
+            said = log_lines(tmp_path / "serve.err", "whose upgrade request was longer than")
+            assert len(said) == 1, said
+
+    run(body(), 60)

@@ -138,21 +138,32 @@ _WS_LOGGER.addFilter(RedactSecrets())
 _WS_LOGGER.addFilter(_QuietUnopened())
 
 
+MAX_REQUEST_HEAD: Final = 32 * 1024
+"""The bytes a connection may send before its upgrade request is complete.  A
+real one is well under a kilobyte (a browser's cookies add a few); websockets
+alone would buffer up to 128 header lines of 8 KiB each, a megabyte per
+waiting connection."""
+
+
 class _Handshakes:
-    """The connections whose upgrade request has not arrived yet, oldest first.
+    """The connections whose upgrade request has not arrived yet, oldest first,
+    with the bytes each has sent.
 
     websockets gives each one its ``open_timeout`` and no bound on how many:
     someone who cannot pass the access check can still open connections, send
     half a request and stall, faster than the timeout ends them, each holding a
-    file descriptor.  At most ``limit`` wait here; one more closes the oldest:
-    a real client's request follows its connect at once, so it is never the
-    oldest for long, while a flood mostly displaces itself.
+    file descriptor and what it sent.  At most ``limit`` wait here; one more
+    closes the oldest: a real client's request follows its connect at once, so
+    it is never the oldest for long, while a flood mostly displaces itself.  One
+    that sends more than :data:`MAX_REQUEST_HEAD` before its request is complete
+    is closed.
     """
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self._waiting: dict[ServerConnection, None] = {}
-        self._dropped = 0
+        self._waiting: dict[ServerConnection, int] = {}
+        self._displaced = 0
+        self._too_long = 0
         self._told = -1.0
         self._closing = False
 
@@ -176,15 +187,39 @@ class _Handshakes:
             oldest = next(iter(self._waiting))
             del self._waiting[oldest]
             oldest.transport.abort()
-            self._dropped += 1
-        self._waiting[connection] = None
-        if self._dropped:
-            now = time.monotonic()
-            if now - self._told >= 10.0:  # one line per 10 s, not one per connection of a flood
-                log.warning("closed %d WebSocket connections that had not sent their "
-                            "upgrade request: more than %d were waiting at once",
-                            self._dropped, self.limit)
-                self._dropped, self._told = 0, now
+            self._displaced += 1
+        self._waiting[connection] = 0
+        self._tell()
+
+    def received(self, connection: ServerConnection, size: int) -> bool:
+        """Count ``size`` bytes from a waiting ``connection``; ``False``: it sent too
+        many, and is closed."""
+        sent = self._waiting.get(connection)
+        if sent is None:
+            return True
+        if sent + size <= MAX_REQUEST_HEAD:
+            self._waiting[connection] = sent + size
+            return True
+        del self._waiting[connection]
+        connection.transport.abort()
+        self._too_long += 1
+        self._tell()
+        return False
+
+    def _tell(self) -> None:
+        if not (self._displaced or self._too_long):
+            return
+        now = time.monotonic()
+        if now - self._told < 10.0:  # one line per 10 s, not one per connection of a flood
+            return
+        if self._displaced:
+            log.warning("closed %d WebSocket connections that had not sent their upgrade "
+                        "request: more than %d were waiting at once",
+                        self._displaced, self.limit)
+        if self._too_long:
+            log.warning("closed %d WebSocket connections whose upgrade request was longer "
+                        "than %d bytes", self._too_long, MAX_REQUEST_HEAD)
+        self._displaced, self._too_long, self._told = 0, 0, now
 
     def done(self, connection: ServerConnection) -> None:
         self._waiting.pop(connection, None)
@@ -197,6 +232,10 @@ def _counted(handshakes: _Handshakes) -> type[ServerConnection]:
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
             super().connection_made(transport)
             handshakes.add(self)
+
+        def data_received(self, data: bytes) -> None:
+            if handshakes.received(self, len(data)):
+                super().data_received(data)
 
         def process_event(self, event: Event) -> None:
             handshakes.done(self)

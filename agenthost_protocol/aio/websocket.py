@@ -15,8 +15,8 @@ token): a refused handshake never reaches the host.  It gets 401 with
 (told apart, so a client knows which to fix), each with the one-line reason
 as its body; 503 when the server serves ``max_connections`` already.
 Connections that have not sent their upgrade request yet are bounded too
-(``max_connections`` of them; one more closes the oldest), so stalled
-handshakes cannot pile up file descriptors.
+(``max_connections`` of them, one more closes the oldest; 32 KiB of request
+each), so stalled handshakes cannot pile up file descriptors or memory.
 
 Built on the asyncio API of ``websockets`` (13 or later); this module is
 the only one that imports it.
@@ -455,7 +455,9 @@ async def serve_websocket(
     handshake included).  Connections still waiting to send their upgrade
     request are bounded like served ones, at ``server.limits.max_connections``:
     one more closes the one that has waited longest, so stalled handshakes
-    cannot hold an unbounded number of file descriptors.
+    cannot hold an unbounded number of file descriptors; one that sends more
+    than :data:`MAX_REQUEST_HEAD` bytes before its request is complete is
+    closed too.
     """
     policy = access if access is not None else AccessPolicy()
     handshakes = _Handshakes(server.limits.max_connections)

@@ -552,19 +552,87 @@ def test_a_throwaway_client_is_itself_evictable() -> None:
     assert error_of(answer, 1)[0] == INVALID_PARAMS
 
 
-def test_kept_entries_go_only_when_more_than_capacity_of_them_exist() -> None:
-    capacity = 3
-    host = make_host(remembered_clients=capacity)
-    for n in range(capacity):
-        initialize(host, f"kept-{n}", subs=(ROOT,)).connection_lost()
-    for n in range(capacity + 100):
+def subscriber(host: Host, client_id: str) -> None:
+    """A throwaway that subscribes, so the host keeps what a reconnect would resume."""
+    initialize(host, client_id, subs=(ROOT,)).connection_lost()
+
+
+def test_subscribing_throwaways_never_evict_a_kept_client_within_its_age() -> None:
+    """Defect 9 of issue 29: 1,025 fresh clientIds that subscribed evicted a
+    client that had dropped with subscriptions; its reconnect was refused."""
+    clock = Clock()
+    host = make_host(clock)
+    victim = initialize(host, "victim", subs=(ROOT,))
+    seen = host.server_seq
+    victim.connection_lost()
+    for n in range(1_100):
+        clock.ms += 1
+        subscriber(host, f"throwaway-{n}")
+    assert host.remembered_version("victim") == VERSION
+    back = host.connect()
+    [answer] = send(back, request(1, "reconnect", reconnect_params("victim", seen, (ROOT,))))
+    assert answer["result"]["type"] == "replay"
+
+
+def test_kept_entries_are_capped_and_the_oldest_past_its_minimum_age_goes() -> None:
+    clock = Clock()
+    host = make_host(clock, remembered_clients=3, remembered_clients_with_state=5,
+                     remembered_clients_min_age_ms=1_000)
+    for n in range(5):
+        subscriber(host, f"kept-{n}")
+    for n in range(100):
         throwaway(host, f"throwaway-{n}")
-    assert [host.remembered_version(f"kept-{n}") for n in range(capacity)] == [VERSION] * 3
-    # one more kept entry than the capacity: the least recently touched kept one goes
-    initialize(host, "kept-new", subs=(ROOT,)).connection_lost()
+    assert all(host.remembered_version(f"kept-{n}") == VERSION for n in range(5))
+    # the cap is full of entries within their minimum age: the newcomer is remembered
+    # as a plain entry, and the others stay
+    subscriber(host, "early")
+    assert host.remembered_version("early") == VERSION
+    assert all(host.remembered_version(f"kept-{n}") == VERSION for n in range(5))
+    for n in range(3):
+        throwaway(host, f"later-{n}")
+    assert host.remembered_version("early") is None
+    # past the minimum age, a newer kept client takes the oldest kept entry's place
+    clock.ms += 1_000
+    subscriber(host, "kept-new")
     assert host.remembered_version("kept-0") is None
-    assert [host.remembered_version(f"kept-{n}") for n in (1, 2)] == [VERSION] * 2
+    assert all(host.remembered_version(f"kept-{n}") == VERSION for n in range(1, 5))
     assert host.remembered_version("kept-new") == VERSION
+
+
+def test_reconnect_memory_stays_bounded_under_100_000_subscribing_throwaways() -> None:
+    clock = Clock()
+    cap, plain = 2_000, 1024
+    host = make_host(clock, remembered_clients_with_state=cap)
+    victim = initialize(host, "victim", subs=(ROOT,))
+    victim.connection_lost()
+    for n in range(100_000):
+        clock.ms += 1  # 100 s in all, well within the hour a kept entry is protected
+        subscriber(host, f"throwaway-{n}")
+        if n % 10_000 == 0:
+            assert len(host._clients) <= cap + plain
+    assert len(host._clients) <= cap + plain
+    assert host._clients.kept_count == cap
+    assert host.remembered_version("victim") == VERSION
+    assert len(host._connections) == 0 and len(host._online) == 0
+
+
+def test_a_client_id_longer_than_the_limit_is_refused_and_not_remembered() -> None:
+    """Each remembered clientId costs its length: an unbounded one multiplied
+    the bounded number of entries into an unbounded memory."""
+    host = make_host(limits=HostLimits(max_client_id_length=8))
+    for method, params in (("initialize", init_params("x" * 9, (ROOT,))),
+                           ("reconnect", reconnect_params("x" * 9, 0, (ROOT,)))):
+        conn = host.connect()
+        [answer] = send(conn, request(1, method, params))
+        code, message = error_of(answer, 1)
+        assert code == INVALID_PARAMS and "clientId too long: at most 8" in message
+        # the connection still waits for a handshake, and nothing was remembered
+        [answer] = send(conn, request(2, "initialize", init_params("x" * 8)))
+        assert "result" in answer, answer
+        conn.connection_lost()
+    assert host.remembered_version("x" * 9) is None
+    assert host.remembered_version("x" * 8) == VERSION
+    assert HostLimits().max_client_id_length == 256
 
 
 def test_a_kept_client_stays_kept_across_a_plain_reconnect() -> None:
@@ -608,48 +676,69 @@ def test_throwaway_handshakes_leave_a_connected_clients_views_alone() -> None:
 
 
 def test_client_book_remember_with_keep() -> None:
-    book = ClientBook(3, None)
+    book = ClientBook(3, None, kept_capacity=3, kept_min_age_ms=100)
     assert book.remember("kept", VERSION, 1, keep=True) == []
     evicted: list[str] = []
     for n in range(3 + 100):
         evicted += book.remember(f"t{n}", VERSION, 2 + n, keep=False)
-        assert "kept" in book and len(book) == min(n + 2, 3)
-    assert evicted == [f"t{n}" for n in range(101)]
+        assert "kept" in book and len(book) == min(n + 2, 4)
+    assert evicted == [f"t{n}" for n in range(100)]
     # keep=None keeps what was recorded
     book.remember("kept", VERSION, 500)
     assert book.kept("kept")
     book.remember("t102", VERSION, 501)
     assert not book.kept("t102")
-    # only more than 3 kept entries evict a kept one, the least recently touched
-    assert book.remember("k2", VERSION, 600, keep=True) == ["t101"]
-    assert book.remember("k3", VERSION, 601, keep=True) == ["t102"]
-    assert book.remember("k4", VERSION, 602, keep=True) == ["kept"]
-    assert sorted(book._versions) == ["k2", "k3", "k4"]
-    assert book.remember("late", VERSION, 603, keep=False) == ["late"]
+    # kept entries never displace plain ones, nor plain ones kept ones
+    assert book.remember("k2", VERSION, 600, keep=True) == []
+    assert book.remember("k3", VERSION, 601, keep=True) == []
+    assert book.kept_count == 3 and len(book) == 6
+    # a fourth kept one: "kept" (touched at 500) is not 100 ms old yet, so the
+    # newcomer is remembered as plain, displacing the oldest plain entry
+    assert book.remember("k4", VERSION, 599, keep=True) == ["t100"]
+    assert not book.kept("k4") and book.kept("kept")
+    # past its minimum age, the oldest kept entry makes room
+    assert book.remember("k5", VERSION, 602, keep=True) == ["kept"]
+    assert sorted(book._kept) == ["k2", "k3", "k5"]
+    assert ClientBook(0, None).remember("late", VERSION, 603, keep=False) == ["late"]
 
 
-@given(st.lists(st.tuples(st.integers(0, 9), st.sampled_from([True, False, None])),
+@given(st.lists(st.tuples(st.integers(0, 9), st.sampled_from([True, False, None]),
+                          st.integers(0, 3)),
                 max_size=60),
-       st.integers(1, 4))
+       st.integers(1, 4), st.integers(0, 4), st.integers(0, 5))
 def test_client_book_never_evicts_kept_for_a_throwaway(
-    ops: list[tuple[int, bool | None]], capacity: int
+    ops: list[tuple[int, bool | None, int]], capacity: int, kept_capacity: int, min_age: int
 ) -> None:
-    book = ClientBook(capacity, None)
-    kept: dict[str, bool] = {}  # the model: id -> keep, least recently touched first
-    for now, (n, keep) in enumerate(ops):
+    book = ClientBook(capacity, None, kept_capacity=kept_capacity, kept_min_age_ms=min_age)
+    # the model: id -> (keep, touched), each table least recently touched first
+    plain: dict[str, int] = {}
+    kept: dict[str, int] = {}
+    now = 0
+    for n, keep, step in ops:
+        now += step
         client_id = f"c{n}"
-        recorded = kept.pop(client_id, False) if keep is None else keep
-        if keep is not None:
-            kept.pop(client_id, None)
-        kept[client_id] = recorded
+        wanted = (client_id in kept) if keep is None else keep
+        plain.pop(client_id, None)
+        kept.pop(client_id, None)
         evicted = book.remember(client_id, VERSION, now, keep=keep)
         for victim in evicted:
-            if kept[victim]:
-                # a kept entry goes only when nothing evictable is left
-                assert all(kept[other] for other in kept)
-            del kept[victim]
-        assert len(book) == len(kept) <= capacity
-        assert all(book.kept(c) == k and c in book for c, k in kept.items())
+            if victim in kept:
+                # a kept entry goes only for a kept newcomer, and only past its minimum age
+                assert wanted and now - kept.pop(victim) >= min_age
+                assert victim == evicted[0]
+            else:
+                del plain[victim]
+        if wanted and book.kept(client_id):
+            kept[client_id] = now
+        else:
+            # demoted only when the cap is full of entries within their minimum age
+            assert not wanted or (len(kept) >= kept_capacity and all(
+                now - touched < min_age for touched in kept.values()))
+            plain[client_id] = now
+        assert len(kept) <= kept_capacity and len(plain) <= capacity
+        assert book.kept_count == len(kept) and len(book) == len(kept) + len(plain)
+        assert all(book.kept(c) for c in kept) and all(c in book for c in plain)
+        assert not any(book.kept(c) for c in plain)
 
 
 # ── budgets ──────────────────────────────────────────────────────────────────

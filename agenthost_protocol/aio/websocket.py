@@ -14,6 +14,9 @@ token): a refused handshake never reaches the host.  It gets 401 with
 ``WWW-Authenticate: Bearer`` for the token, 403 for the Host or the Origin
 (told apart, so a client knows which to fix), each with the one-line reason
 as its body; 503 when the server serves ``max_connections`` already.
+Connections that have not sent their upgrade request yet are bounded too
+(``max_connections`` of them, one more closes the oldest; 32 KiB of request
+each), so stalled handshakes cannot pile up file descriptors or memory.
 
 Built on the asyncio API of ``websockets`` (13 or later); this module is
 the only one that imports it.
@@ -25,6 +28,7 @@ import asyncio
 import inspect
 import logging
 import ssl as _ssl
+import time
 from collections.abc import Sequence
 from http import HTTPStatus
 from typing import Final
@@ -38,7 +42,7 @@ try:
     from websockets.exceptions import ConnectionClosed
     from websockets.frames import Frame, Opcode
     from websockets.http11 import Request, Response
-    from websockets.protocol import State
+    from websockets.protocol import Event, State
 except ImportError as e:  # pragma: no cover - exercised in a subprocess
     raise ImportError(
         "agenthost_protocol.aio.websocket needs the websockets package (13 or later): "
@@ -77,12 +81,171 @@ class _HideFrameData(logging.Filter):
         return True
 
 
+class _QuietUnopened(logging.Filter):
+    """websockets logs "connection closed" for every TCP connection, those that never
+    became a WebSocket too (refused, stalled, closed for stalling), and each refusal's
+    response: someone without the token could write lines per connection without
+    bound.  This module says those itself, bounded (:class:`_LogQuota`)."""
+
+    _REFUSALS: Final = frozenset({"HTTP response sent (%d %s)", "connection rejected (%d %s)"})
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg in self._REFUSALS:
+            return False
+        if record.msg != "connection closed":
+            return True
+        connection = getattr(record, "websocket", None)
+        try:
+            response = getattr(connection, "response", None)
+        except ReferenceError:  # websockets passes a weak proxy
+            return False
+        return isinstance(response, Response) and response.status_code == 101
+
+
+class _LogQuota:
+    """At most ``burst`` log lines of one kind per ``period`` seconds; the lines left
+    out are counted and said in one line when the next period starts, so a flood of
+    connections cannot grow the log without bound."""
+
+    def __init__(self, what: str, burst: int = 20, period: float = 10.0) -> None:
+        self.what = what
+        self.burst = burst
+        self.period = period
+        self._start = -period
+        self._used = 0
+        self._left_out = 0
+
+    def allow(self) -> bool:
+        now = time.monotonic()
+        if now - self._start >= self.period:
+            if self._left_out:
+                log.warning("%d more %s in the last %.0f s (not logged one by one)",
+                            self._left_out, self.what, now - self._start)
+            self._start, self._used, self._left_out = now, 0, 0
+        if self._used < self.burst:
+            self._used += 1
+            return True
+        self._left_out += 1
+        return False
+
+
 # a child of websockets' own server logger, so its level and handlers apply unchanged; at
 # debug it shows each handshake's request line (``GET /?token=...``) and headers
 # (``Authorization``): never the token, never a message's text
 _WS_LOGGER: Final = logging.getLogger("websockets.server.agenthost_protocol")
 _WS_LOGGER.addFilter(_HideFrameData())
 _WS_LOGGER.addFilter(RedactSecrets())
+_WS_LOGGER.addFilter(_QuietUnopened())
+
+
+MAX_REQUEST_HEAD: Final = 32 * 1024
+"""The bytes a connection may send before its upgrade request is complete.  A
+real one is well under a kilobyte (a browser's cookies add a few); websockets
+alone would buffer up to 128 header lines of 8 KiB each, a megabyte per
+waiting connection."""
+
+
+class _Handshakes:
+    """The connections whose upgrade request has not arrived yet, oldest first,
+    with the bytes each has sent.
+
+    websockets gives each one its ``open_timeout`` and no bound on how many:
+    someone who cannot pass the access check can still open connections, send
+    half a request and stall, faster than the timeout ends them, each holding a
+    file descriptor and what it sent.  At most ``limit`` wait here; one more
+    closes the oldest: a real client's request follows its connect at once, so
+    it is never the oldest for long, while a flood mostly displaces itself.  One
+    that sends more than :data:`MAX_REQUEST_HEAD` before its request is complete
+    is closed.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._waiting: dict[ServerConnection, int] = {}
+        self._displaced = 0
+        self._too_long = 0
+        self._told = -1.0
+        self._closing = False
+
+    def close(self) -> None:
+        """Close every waiting connection, and any that comes from now on: at
+        shutdown a stalled handshake would otherwise hold the server for its
+        whole ``open_timeout``."""
+        self._closing = True
+        for connection in list(self._waiting):
+            connection.transport.abort()
+        self._waiting.clear()
+
+    def __len__(self) -> int:
+        return len(self._waiting)
+
+    def add(self, connection: ServerConnection) -> None:
+        if self._closing:
+            connection.transport.abort()
+            return
+        while len(self._waiting) >= self.limit:
+            oldest = next(iter(self._waiting))
+            del self._waiting[oldest]
+            oldest.transport.abort()
+            self._displaced += 1
+        self._waiting[connection] = 0
+        self._tell()
+
+    def received(self, connection: ServerConnection, size: int) -> bool:
+        """Count ``size`` bytes from a waiting ``connection``; ``False``: it sent too
+        many, and is closed."""
+        sent = self._waiting.get(connection)
+        if sent is None:
+            return True
+        if sent + size <= MAX_REQUEST_HEAD:
+            self._waiting[connection] = sent + size
+            return True
+        del self._waiting[connection]
+        connection.transport.abort()
+        self._too_long += 1
+        self._tell()
+        return False
+
+    def _tell(self) -> None:
+        if not (self._displaced or self._too_long):
+            return
+        now = time.monotonic()
+        if now - self._told < 10.0:  # one line per 10 s, not one per connection of a flood
+            return
+        if self._displaced:
+            log.warning("closed %d WebSocket connections that had not sent their upgrade "
+                        "request: more than %d were waiting at once",
+                        self._displaced, self.limit)
+        if self._too_long:
+            log.warning("closed %d WebSocket connections whose upgrade request was longer "
+                        "than %d bytes", self._too_long, MAX_REQUEST_HEAD)
+        self._displaced, self._too_long, self._told = 0, 0, now
+
+    def done(self, connection: ServerConnection) -> None:
+        self._waiting.pop(connection, None)
+
+
+def _counted(handshakes: _Handshakes) -> type[ServerConnection]:
+    """A websockets connection that is counted in ``handshakes`` until its request came."""
+
+    class CountedConnection(ServerConnection):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            super().connection_made(transport)
+            handshakes.add(self)
+
+        def data_received(self, data: bytes) -> None:
+            if handshakes.received(self, len(data)):
+                super().data_received(data)
+
+        def process_event(self, event: Event) -> None:
+            handshakes.done(self)
+            super().process_event(event)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            handshakes.done(self)
+            super().connection_lost(exc)
+
+    return CountedConnection
 
 
 def _text_frame(message: bytes) -> bytes:
@@ -223,6 +386,7 @@ class WebSocketServer:
         self._access = access if access is not None else AccessPolicy()
         # read now: a closed server has no sockets left to ask
         self._port: int = next(iter(endpoint.sockets)).getsockname()[1]
+        self._handshakes: _Handshakes | None = None
 
     @property
     def server(self) -> HostServer:
@@ -254,6 +418,8 @@ class WebSocketServer:
     async def close(self, reason: str = "the host is shutting down") -> None:
         """Stop listening, close every connection after its queued messages, wait for them."""
         self._endpoint.close(close_connections=False)
+        if self._handshakes is not None:
+            self._handshakes.close()
         await self._server.close(reason)
         await self._endpoint.wait_closed()
 
@@ -273,6 +439,7 @@ async def serve_websocket(
     ping_timeout: float | None = 20.0,
     access: AccessPolicy | None = None,
     ssl: _ssl.SSLContext | None = None,
+    open_timeout: float = 10.0,
 ) -> WebSocketServer:
     """Listen on ``host``:``port`` and serve ``server`` to every WebSocket client.
 
@@ -283,8 +450,18 @@ async def serve_websocket(
     keepalive is the client's ``ping`` request, answered at any time;
     ``ping_interval`` / ``ping_timeout`` add WebSocket ping frames, which the
     transport spec allows, to notice peers that vanished (``None`` disables).
+
+    A connection has ``open_timeout`` seconds to complete its upgrade (the TLS
+    handshake included).  Connections still waiting to send their upgrade
+    request are bounded like served ones, at ``server.limits.max_connections``:
+    one more closes the one that has waited longest, so stalled handshakes
+    cannot hold an unbounded number of file descriptors; one that sends more
+    than :data:`MAX_REQUEST_HEAD` bytes before its request is complete is
+    closed too.
     """
     policy = access if access is not None else AccessPolicy()
+    handshakes = _Handshakes(server.limits.max_connections)
+    refusals = _LogQuota("refused WebSocket handshakes")
     compression = server.limits.compression
     if compression == "auto":
         compression = "none" if host is not None and is_loopback(host) else "deflate"
@@ -305,9 +482,10 @@ async def serve_websocket(
             return None
         else:
             status, reason = HTTPStatus(refusal.status), refusal.reason
-        # the path may carry a token: never logged
-        log.warning("refused a WebSocket handshake from %s: %d %s",
-                    connection.remote_address, status, reason)
+        if refusals.allow():
+            # the path may carry a token: never logged
+            log.warning("refused a WebSocket handshake from %s: %d %s",
+                        connection.remote_address, status, reason)
         response = connection.respond(status, reason + "\n")
         if status == HTTPStatus.UNAUTHORIZED:
             response.headers["WWW-Authenticate"] = 'Bearer realm="agenthost-protocol"'
@@ -328,7 +506,10 @@ async def serve_websocket(
         close_timeout=server.limits.close_timeout,
         compression="deflate" if compression == "deflate" else None,
         logger=_WS_LOGGER,
+        open_timeout=open_timeout,
+        create_connection=_counted(handshakes),
     )
     ws_server = WebSocketServer(server, endpoint, host, secure=ssl is not None, access=policy)
+    ws_server._handshakes = handshakes
     log.info("serving %s", ws_server.url)
     return ws_server

@@ -219,6 +219,8 @@ class Host(Commands, Durable):
         replay_max_bytes: int = 16 * 1024 * 1024,
         remembered_clients: int = 1024,
         remembered_clients_max_age_ms: int | None = 24 * 60 * 60 * 1000,
+        remembered_clients_with_state: int = 32_768,
+        remembered_clients_min_age_ms: int = 60 * 60 * 1000,
         active_client_grace_ms: int | None = 60_000,
         review: Review | None = None,
         list_page_size: int = 100,
@@ -231,10 +233,13 @@ class Host(Commands, Durable):
         loaded_channels: int = 512,
         unload_after_ms: int = 30_000,
     ) -> None:
-        if remembered_clients < 0 or list_page_size < 1 or loaded_channels < 1:
+        if (remembered_clients < 0 or remembered_clients_with_state < 0 or list_page_size < 1
+                or loaded_channels < 1):
             raise LocalProtocolError(
-                "remembered_clients >= 0, list_page_size >= 1 and loaded_channels >= 1 please")
+                "remembered_clients >= 0, remembered_clients_with_state >= 0, "
+                "list_page_size >= 1 and loaded_channels >= 1 please")
         for name, value in (
+            ("remembered_clients_min_age_ms", remembered_clients_min_age_ms),
             ("unload_after_ms", unload_after_ms),
             ("remembered_clients_max_age_ms", remembered_clients_max_age_ms),
             ("active_client_grace_ms", active_client_grace_ms),
@@ -276,7 +281,10 @@ class Host(Commands, Durable):
         self._replay = ReplayBuffer(
             max_envelopes=replay_max_envelopes, max_bytes=replay_max_bytes
         )
-        self._clients = sessions.ClientBook(remembered_clients, remembered_clients_max_age_ms)
+        self._clients = sessions.ClientBook(
+            remembered_clients, remembered_clients_max_age_ms,
+            kept_capacity=remembered_clients_with_state,
+            kept_min_age_ms=remembered_clients_min_age_ms)
         self._grace = active_client_grace_ms
         self._review = review
         self._held: dict[int, tuple[ClientAction, HostConnection]] = {}
@@ -805,6 +813,12 @@ class Host(Commands, Durable):
     ) -> None:
         """``initialize`` or a first ``reconnect``, unless another open connection
         holds the clientId: then the embedder probes it first."""
+        longest = self._limits.max_client_id_length
+        if len(params.client_id) > longest:
+            # remembered for reconnect: a huge one would cost that memory many times
+            conn._send_error(request_id, JsonRpcErrorCode.INVALID_PARAMS,
+                             f"clientId too long: at most {longest} characters", None)
+            return
         holder = next(
             (
                 other

@@ -42,6 +42,12 @@ class HostLimits:
     """The largest tool-result block kept inline by :meth:`Host.by_reference`;
     a larger one is stored and sent as a reference (``resourceRead``)."""
 
+    max_client_id_length: int = 256
+    """The longest ``clientId`` an ``initialize`` or ``reconnect`` may name, in
+    characters (a UUID has 36).  The host remembers clientIds for
+    ``reconnect``, so their length bounds that memory; a longer one is refused
+    ``-32602`` and the connection stays waiting for its handshake."""
+
     max_delivery_latency_ms: int = 1000
     """The longest a subscription's ``delivery.maxLatencyMs`` may have deltas held to
     merge them (the spec makes the window advisory: a longer one is cut to this);
@@ -51,5 +57,6 @@ class HostLimits:
         if self.max_delivery_latency_ms < 0:
             raise LocalProtocolError("max_delivery_latency_ms must not be negative")
         if min(self.max_subscriptions, self.max_reconnects_per_minute,
-               self.max_message_size, self.inline_content_bytes) < 1:
+               self.max_message_size, self.inline_content_bytes,
+               self.max_client_id_length) < 1:
             raise LocalProtocolError("the host limits must be positive")

@@ -288,17 +288,28 @@ class SessionBook:
 class ClientBook:
     """The clients a host remembers, and the active-client removals it owes.
 
-    *Remembered clients*: ``clientId`` to the negotiated version, the time
-    it was last touched (a handshake, or the close of one of its
-    connections) and whether it left something a ``reconnect`` would resume
-    (``keep``: subscriptions, actions, an active-client entry), least
-    recently touched first.  At most ``capacity`` are kept; to make room the
-    oldest entry *without* ``keep`` goes first, so throwaway handshakes only
-    ever displace each other (or themselves), never a client with pending
-    state; entries with ``keep`` are evicted only when more than
-    ``capacity`` of them exist.  With ``max_age_ms``, an entry older than
-    that is forgotten when it is looked up or pruned.  A client forgotten
-    must ``initialize`` again.
+    *Remembered clients*: ``clientId`` to the negotiated version and the
+    time it was last touched (a handshake, or the close of one of its
+    connections), in two tables, each least recently touched first:
+
+    * *plain* entries, clients that left nothing a ``reconnect`` would
+      resume: at most ``capacity``; a new one displaces the oldest plain
+      entry, never a kept one, so throwaway handshakes only displace each
+      other (or themselves).
+    * *kept* entries, clients that left something to resume (``keep``:
+      subscriptions, actions, an active-client entry): bounded by time, not
+      by other clients' handshakes.  A kept entry is never displaced while
+      it is younger than ``kept_min_age_ms``; past that it is displaced only
+      when ``kept_capacity`` kept entries exist (the hard cap that bounds
+      memory) and a newer kept client needs the room, oldest first.  When
+      the cap is full of entries still within ``kept_min_age_ms``, the
+      newcomer is remembered as a plain entry instead: whoever makes kept
+      entries fast enough to fill the cap delays only later clients, never
+      those already remembered.
+
+    With ``max_age_ms``, any entry older than that is forgotten when it is
+    looked up or pruned.  ``capacity`` 0 remembers nobody.  A client
+    forgotten must ``initialize`` again.
 
     *Due removals*: ``(clientId, session)`` to the time from which the host
     should remove that client from the session's ``activeClients``
@@ -308,17 +319,31 @@ class ClientBook:
     was recorded, which bounds the table by the sessions' own state.
     """
 
-    def __init__(self, capacity: int, max_age_ms: int | None) -> None:
+    def __init__(
+        self,
+        capacity: int,
+        max_age_ms: int | None,
+        *,
+        kept_capacity: int | None = None,
+        kept_min_age_ms: int = 0,
+    ) -> None:
         self.capacity = capacity
         self.max_age_ms = max_age_ms
-        self._versions: OrderedDict[str, tuple[str, int, bool]] = OrderedDict()
+        self.kept_capacity = capacity if kept_capacity is None else kept_capacity
+        self.kept_min_age_ms = kept_min_age_ms
+        self._plain: OrderedDict[str, tuple[str, int]] = OrderedDict()
+        self._kept: OrderedDict[str, tuple[str, int]] = OrderedDict()
         self._due: dict[tuple[str, str | None], int] = {}
 
     def __len__(self) -> int:
-        return len(self._versions)
+        return len(self._plain) + len(self._kept)
 
     def __contains__(self, client_id: object) -> bool:
-        return client_id in self._versions
+        return client_id in self._plain or client_id in self._kept
+
+    @property
+    def kept_count(self) -> int:
+        return len(self._kept)
 
     def remember(
         self,
@@ -335,37 +360,56 @@ class ClientBook:
         as recorded before, else no).  ``live``: whether a client holds state
         that forgetting it would take now (a connected client's chat views):
         such entries go last.  Returns the clients evicted to stay within
-        ``capacity``, oldest first.
+        the bounds, oldest first.
         """
         if self.capacity == 0:
             return [client_id]
         if keep is None:
-            previous = self._versions.get(client_id)
-            keep = previous is not None and previous[2]
-        self._versions[client_id] = (version, now, keep)
-        self._versions.move_to_end(client_id)
-        evicted = []
-        while len(self._versions) > self.capacity:
-            victim = next(
-                (other for other, entry in self._versions.items()
-                 if not entry[2] and not (live is not None and live(other))),
-                None,
-            )
-            if victim is None and live is not None:
-                victim = next((other for other in self._versions if not live(other)), None)
+            keep = client_id in self._kept
+        self._plain.pop(client_id, None)
+        self._kept.pop(client_id, None)
+        evicted: list[str] = []
+        if keep and len(self._kept) >= self.kept_capacity:
+            victim = self._kept_victim(now, live)
             if victim is None:
-                victim = next(iter(self._versions))
-            del self._versions[victim]
+                keep = False
+            else:
+                del self._kept[victim]
+                evicted.append(victim)
+        if keep:
+            self._kept[client_id] = (version, now)
+            return evicted
+        self._plain[client_id] = (version, now)
+        while len(self._plain) > self.capacity:
+            victim = next((other for other in self._plain
+                           if not (live is not None and live(other))), None)
+            if victim is None:
+                victim = next(iter(self._plain))
+            del self._plain[victim]
             evicted.append(victim)
         return evicted
 
+    def _kept_victim(self, now: int, live: Callable[[str], bool] | None) -> str | None:
+        """The oldest kept entry past ``kept_min_age_ms`` (``None``: all are younger)."""
+        for other, (_, touched) in self._kept.items():
+            if now - touched < self.kept_min_age_ms:
+                # least recently touched first: the rest are younger still (with an
+                # embedder's clock that went back, later ones are kept a little longer)
+                return None
+            if live is None or not live(other):
+                return other
+        return None
+
     def kept(self, client_id: str) -> bool:
         """Whether ``client_id`` is remembered with state a reconnect would resume."""
-        entry = self._versions.get(client_id)
-        return entry is not None and entry[2]
+        return client_id in self._kept
 
     def _expired(self, touched: int, now: int) -> bool:
         return self.max_age_ms is not None and now - touched > self.max_age_ms
+
+    def _entry(self, client_id: str) -> tuple[str, int] | None:
+        entry = self._kept.get(client_id)
+        return entry if entry is not None else self._plain.get(client_id)
 
     def version(self, client_id: str, now: int, *, connected: bool = False) -> str | None:
         """The version ``client_id`` negotiated, or ``None`` if unknown or too old.
@@ -373,11 +417,11 @@ class ClientBook:
         An entry too old is forgotten here, unless the client is ``connected``
         (its age then counts from the close of that connection).
         """
-        entry = self._versions.get(client_id)
+        entry = self._entry(client_id)
         if entry is None:
             return None
         if not connected and self._expired(entry[1], now):
-            del self._versions[client_id]
+            self.forget(client_id)
             return None
         return entry[0]
 
@@ -387,22 +431,26 @@ class ClientBook:
             return []
         old = [
             client_id
-            for client_id, (_, touched, _keep) in self._versions.items()
+            for table in (self._plain, self._kept)
+            for client_id, (_, touched) in table.items()
             if self._expired(touched, now) and not connected(client_id)
         ]
         for client_id in old:
-            del self._versions[client_id]
+            self.forget(client_id)
         return old
 
     def forget(self, client_id: str) -> None:
-        self._versions.pop(client_id, None)
+        self._plain.pop(client_id, None)
+        self._kept.pop(client_id, None)
 
     def oldest_expiry(self) -> int | None:
         """When the first entry will be too old (``None`` without an age limit)."""
-        if self.max_age_ms is None or not self._versions:
+        if self.max_age_ms is None or not (self._plain or self._kept):
             return None
         # touches need not be monotonic (the clock is the embedder's), so look at all
-        return min(entry[1] for entry in self._versions.values()) + self.max_age_ms + 1
+        touched = min(entry[1] for table in (self._plain, self._kept)
+                      for entry in table.values())
+        return touched + self.max_age_ms + 1
 
     # -- active-client removals --
 

@@ -1,0 +1,244 @@
+"""Bounds on the text fields that make a chat big: every chat stays openable.
+
+A chat's snapshot is trimmed to the newest turns that fit one message and
+the rest is paged (``turnsNextCursor``, ``fetchTurns``); that only works if
+each turn fits, and each action's envelope too.  So the host bounds, as an
+action is applied, the fields a peer can make arbitrarily large:
+
+* a **message's text** (``chat/turnStarted``, ``chat/pendingMessageSet``,
+  ``chat/draftChanged``) over :attr:`Bounds.field_bytes` goes **by
+  reference**: the whole text is stored (``resourceRead`` reads it) and
+  attached as a ``MessageResourceAttachment`` (the spec's form for content
+  "not delivered inline"), and the text keeps a preview ending with a line
+  that says so;
+* a **title** (``session/titleChanged``, ``session/chatUpdated``) over
+  :attr:`Bounds.title_bytes` is **cut** with a visible marker (a title has
+  no reference form);
+* a **markdown or reasoning part** (``chat/responsePart`` and the
+  ``chat/delta`` / ``chat/reasoning`` appends that grow it) is **cut** with a
+  visible marker once it reaches :attr:`Bounds.field_bytes` (its deltas
+  target the part by id, which a ``contentRef`` part has not); appends after
+  the cut carry no text.
+
+Pure: nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from attrs import evolve, frozen
+
+from .. import types as t
+from .content import ContentStore
+
+__all__ = [
+    "ENVELOPE_ROOM",
+    "MESSAGE_PREVIEW_BYTES",
+    "Bounds",
+    "PartSizes",
+    "bound_action",
+    "cut_text",
+    "shrink_turn",
+    "snapshot_budget",
+]
+
+ENVELOPE_ROOM: Final = 64 * 1024
+"""Bytes of a message kept for what wraps a snapshot or a page (the JSON-RPC
+answer, the envelope, the chat's other fields are measured; this is slack)."""
+
+MESSAGE_PREVIEW_BYTES: Final = 16 * 1024
+"""The text a message sent by reference keeps inline (its start)."""
+
+TITLE_BYTES: Final = 16 * 1024
+"""The longest title kept; a longer one is cut."""
+
+
+def snapshot_budget(max_message_size: int) -> int:
+    """The bytes a snapshot or a page of turns may take in a ``max_message_size`` message."""
+    return max(1024, max_message_size - ENVELOPE_ROOM)
+
+
+@frozen(kw_only=True)
+class Bounds:
+    """The field limits derived from a host's message limit."""
+
+    field_bytes: int
+    """The longest message text or response part kept whole (a quarter of the
+    snapshot budget: a turn with a message and a long reply still fits)."""
+    title_bytes: int = TITLE_BYTES
+    preview_bytes: int = MESSAGE_PREVIEW_BYTES
+
+    @classmethod
+    def for_message_size(cls, max_message_size: int) -> Bounds:
+        budget = snapshot_budget(max_message_size)
+        field = max(1024, budget // 4)
+        return cls(field_bytes=field, title_bytes=min(TITLE_BYTES, field),
+                   preview_bytes=min(MESSAGE_PREVIEW_BYTES, field // 2))
+
+
+def _utf8_len(text: str) -> int:
+    # a str of n code points is at most 4n bytes: most texts need no encoding to know
+    return len(text) if text.isascii() else len(text.encode("utf-8"))
+
+
+def cut_text(text: str, max_bytes: int, note: str) -> str:
+    """``text`` cut (at a character) so that it and ``note`` fit ``max_bytes`` UTF-8 bytes."""
+    room = max(0, max_bytes - len(note.encode("utf-8")))
+    head = text.encode("utf-8")[:room].decode("utf-8", "ignore")
+    return head + note
+
+
+def _by_reference(message: t.Message, bounds: Bounds, store: ContentStore,
+                  owner: str | None) -> t.Message:
+    size = _utf8_len(message.text)
+    if size <= bounds.field_bytes:
+        return message
+    ref = store.put_text(message.text, owner=owner)
+    label = "message.txt"
+    note = (f"\n\n[message cut here: {size} bytes in all; the whole text is the "
+            f"attachment {label!r}]")
+    attachment = t.MessageResourceAttachment(
+        label=label, display_kind="document", uri=ref.uri, size_hint=ref.size_hint,
+        content_type=ref.content_type)
+    return evolve(message, text=cut_text(message.text, bounds.preview_bytes, note),
+                  attachments=(*(message.attachments or ()), attachment))
+
+
+def _title(title: str, bounds: Bounds) -> str:
+    size = _utf8_len(title)
+    if size <= bounds.title_bytes:
+        return title
+    return cut_text(title, bounds.title_bytes, f" [title cut: {size} bytes in all]")
+
+
+PART_CUT_NOTE: Final = "\n\n[the rest of this part was cut: it is over the host's size limit]"
+
+
+class PartSizes:
+    """The UTF-8 bytes of the markdown and reasoning parts of the active turns,
+    so that an append is checked without measuring the part again; ``-1``: cut."""
+
+    def __init__(self) -> None:
+        self._sizes: dict[tuple[str, str, str], int] = {}
+
+    def __len__(self) -> int:
+        return len(self._sizes)
+
+    def drop_turn(self, channel: str, turn_id: str) -> None:
+        for key in [k for k in self._sizes if k[0] == channel and k[1] == turn_id]:
+            del self._sizes[key]
+
+    def drop_channel(self, channel: str) -> None:
+        for key in [k for k in self._sizes if k[0] == channel]:
+            del self._sizes[key]
+
+    def _current(self, channel: str, state: t.ChatState, turn_id: str, part_id: str) -> int:
+        key = (channel, turn_id, part_id)
+        size = self._sizes.get(key)
+        if size is None:
+            # not seen grow here (a host restored from its store): measured once
+            size = 0
+            turn = state.active_turn
+            if turn is not None and turn.id == turn_id:
+                for part in turn.response_parts:
+                    if isinstance(part, t.MarkdownResponsePart | t.ReasoningResponsePart) and (
+                        part.id == part_id
+                    ):
+                        size = _utf8_len(part.content)
+                        if part.content.endswith(PART_CUT_NOTE):
+                            size = -1
+            self._sizes[key] = size
+        return size
+
+    def append(self, channel: str, state: t.ChatState, *, turn_id: str, part_id: str,
+               text: str, bounds: Bounds) -> str:
+        """The part of ``text`` to append to the part (cut with the note at the limit)."""
+        size = self._current(channel, state, turn_id, part_id)
+        if size < 0:
+            return ""
+        grown = size + _utf8_len(text)
+        key = (channel, turn_id, part_id)
+        if grown <= bounds.field_bytes:
+            self._sizes[key] = grown
+            return text
+        self._sizes[key] = -1
+        return cut_text(text, bounds.field_bytes - size, PART_CUT_NOTE)
+
+    def started(self, channel: str, turn_id: str, part: t.ResponsePart,
+                bounds: Bounds) -> t.ResponsePart:
+        if not isinstance(part, t.MarkdownResponsePart | t.ReasoningResponsePart):
+            return part
+        size = _utf8_len(part.content)
+        key = (channel, turn_id, part.id)
+        if size <= bounds.field_bytes:
+            self._sizes[key] = size
+            return part
+        self._sizes[key] = -1
+        return evolve(part, content=cut_text(part.content, bounds.field_bytes, PART_CUT_NOTE))
+
+
+def bound_action(
+    channel: str,
+    state: t.SnapshotState,
+    action: t.StateAction,
+    *,
+    bounds: Bounds,
+    store: ContentStore,
+    parts: PartSizes,
+) -> t.StateAction:
+    """``action`` with its big text fields bounded (see the module); ``action`` itself
+    when nothing is over."""
+    match action:
+        case t.ChatTurnStartedAction(message=message):
+            bounded = _by_reference(message, bounds, store, channel)
+            return action if bounded is message else evolve(action, message=bounded)
+        case t.ChatPendingMessageSetAction(message=message):
+            bounded = _by_reference(message, bounds, store, channel)
+            return action if bounded is message else evolve(action, message=bounded)
+        case t.ChatDraftChangedAction(draft=t.Message() as draft):
+            bounded = _by_reference(draft, bounds, store, channel)
+            return action if bounded is draft else evolve(action, draft=bounded)
+        case t.SessionTitleChangedAction(title=title):
+            cut = _title(title, bounds)
+            return action if cut is title else evolve(action, title=cut)
+        case t.SessionChatUpdatedAction(changes=changes) if changes.title is not None:
+            cut = _title(changes.title, bounds)
+            return action if cut is changes.title else evolve(
+                action, changes=evolve(changes, title=cut))
+        case t.ChatResponsePartAction(turn_id=turn_id, part=part) if isinstance(
+            state, t.ChatState
+        ):
+            bounded_part = parts.started(channel, turn_id, part, bounds)
+            return action if bounded_part is part else evolve(action, part=bounded_part)
+        case t.ChatDeltaAction(turn_id=turn_id, part_id=part_id, content=text) | \
+                t.ChatReasoningAction(turn_id=turn_id, part_id=part_id, content=text) if (
+                    isinstance(state, t.ChatState)):
+            kept = parts.append(channel, state, turn_id=turn_id, part_id=part_id, text=text,
+                                bounds=bounds)
+            return action if kept is text else evolve(action, content=kept)
+        case t.ChatTurnCompleteAction(turn_id=turn_id) | t.ChatTurnCancelledAction(
+            turn_id=turn_id
+        ) | t.ChatErrorAction(turn_id=turn_id):
+            parts.drop_turn(channel, turn_id)
+    return action
+
+
+def shrink_turn(turn: t.Turn, budget: int) -> t.Turn:
+    """``turn`` with its message and markdown/reasoning texts cut (each with the
+    marker) so that together they take about half of ``budget``: the last resort
+    for a turn too big alone for one message (a host restarted with a smaller
+    limit than the one its chats were made under)."""
+    texts = 1 + sum(isinstance(part, t.MarkdownResponsePart | t.ReasoningResponsePart)
+                    for part in turn.response_parts)
+    cap = max(256, budget // (2 * texts))
+    message = turn.message
+    if _utf8_len(message.text) > cap:
+        message = evolve(message, text=cut_text(message.text, cap, PART_CUT_NOTE))
+    parts = tuple(
+        evolve(part, content=cut_text(part.content, cap, PART_CUT_NOTE))
+        if isinstance(part, t.MarkdownResponsePart | t.ReasoningResponsePart)
+        and _utf8_len(part.content) > cap else part
+        for part in turn.response_parts
+    )
+    return evolve(turn, message=message, response_parts=parts)

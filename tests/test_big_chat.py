@@ -13,7 +13,7 @@ import asyncio
 
 from agenthost_protocol import methods, wire
 from agenthost_protocol import types as t
-from agenthost_protocol.aio.client import DEFAULT_CHAT_VIEW_TURNS, RequestError, connect
+from agenthost_protocol.aio.client import DEFAULT_CHAT_VIEW_TURNS, connect
 from agenthost_protocol.host import Host, HostLimits
 from agenthost_protocol.host.content import CONTENT_SCHEME
 

@@ -27,7 +27,7 @@ from agenthost_protocol.aio.client import (
     Resumed,
     connect,
 )
-from agenthost_protocol.host import Host
+from agenthost_protocol.host import Host, RequestReceived
 from agenthost_protocol.host.bounds import PART_CUT_NOTE
 
 from ._aio_hosts import DemoHost, Opener, clock, demo_host, next_of, run
@@ -263,5 +263,43 @@ def test_a_reconnect_whose_replay_would_not_fit_gets_a_trimmed_snapshot() -> Non
                 held = alice.connection.confirmed(CHAT)
                 assert wire.dumps(held) == wire.dumps(host_chat(demo.host))
                 assert alice.is_open
+
+    run(body(), 120)
+
+
+def test_a_page_of_older_turns_too_big_for_one_message_goes_in_several() -> None:
+    """The embedder answers ``fetchTurns`` with 21 MB of older turns (its own
+    storage): before, ``chat/turnsLoaded`` was refused as over the limit."""
+    older = tuple(
+        t.Turn(id=f"old{n}", message=t.Message(text=text_of(n, 3_500_000, "o"), origin=USER),
+               response_parts=(), state=t.TurnState.COMPLETE)
+        for n in range(6)
+    )
+
+    def embedder(demo: DemoHost, event: object) -> bool:
+        if isinstance(event, RequestReceived) and event.method == "fetchTurns":
+            demo.host.fetch_turns(event, older)
+        return True
+
+    async def body() -> None:
+        async with demo_host(intercept=embedder) as demo:
+            host = demo.host
+            add_chat(host)
+            host.dispatch(CHAT, t.ChatTurnsLoadedAction(turns=(), turns_next_cursor="older"))
+            host.dispatch(CHAT, t.ChatTurnStartedAction(
+                turn_id="new", started_at=STARTED, message=t.Message(text="hi", origin=USER)))
+            host.dispatch(CHAT, t.ChatTurnCompleteAction(turn_id="new", duration=1))
+            async with connect(demo.url, reconnect=False) as client:
+                await client.initialize()
+                snapshot = await client.subscribe(CHAT)
+                assert snapshot is not None and isinstance(snapshot.state, t.ChatState)
+                assert snapshot.state.turns_next_cursor == "older"
+                assert await client.fetch_older_turns(CHAT)
+                assert not await client.fetch_older_turns(CHAT)
+                held = client.connection.confirmed(CHAT)
+                assert isinstance(held, t.ChatState)
+                assert [turn.id for turn in held.turns] == [*(f"old{n}" for n in range(6)),
+                                                            "new"]
+                assert wire.dumps(held) == wire.dumps(host_chat(host))
 
     run(body(), 120)

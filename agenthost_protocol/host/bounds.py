@@ -30,6 +30,7 @@ from typing import Final
 from attrs import evolve, frozen
 
 from .. import types as t
+from .. import wire
 from .content import ContentStore
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
     "PartSizes",
     "bound_action",
     "cut_text",
+    "page_chunks",
     "shrink_turn",
     "snapshot_budget",
 ]
@@ -242,3 +244,25 @@ def shrink_turn(turn: t.Turn, budget: int) -> t.Turn:
         for part in turn.response_parts
     )
     return evolve(turn, message=message, response_parts=parts)
+
+
+def page_chunks(turns: tuple[t.Turn, ...], budget: int) -> list[tuple[t.Turn, ...]]:
+    """``turns`` (oldest first) in runs that each fit ``budget`` bytes, newest run first;
+    a turn too big alone is :func:`shrunk <shrink_turn>`.  ``[()]`` for no turns."""
+    chunks: list[tuple[t.Turn, ...]] = []
+    run: list[t.Turn] = []
+    room = budget
+    for given in reversed(turns):
+        turn = given
+        size = len(wire.dumps(turn)) + 1
+        if size > budget:
+            turn = shrink_turn(turn, budget)
+            size = len(wire.dumps(turn)) + 1
+        if size > room and run:
+            chunks.append(tuple(reversed(run)))
+            run, room = [], budget
+        run.append(turn)
+        room -= size
+    if run or not chunks:
+        chunks.append(tuple(reversed(run)))
+    return chunks

@@ -31,7 +31,7 @@ from attrs import evolve, frozen
 
 from .. import types as t
 from .. import wire
-from .content import ContentStore
+from .content import ContentStore, by_reference
 
 __all__ = [
     "ENVELOPE_ROOM",
@@ -68,6 +68,12 @@ class Bounds:
     field_bytes: int
     """The longest message text or response part kept whole (a quarter of the
     snapshot budget: a turn with a message and a long reply still fits)."""
+    turn_bytes: int
+    """The most text the markdown and reasoning parts of one turn hold together
+    (half the snapshot budget: with the message, a turn fits one message)."""
+    side_bytes: int = 256 * 1024
+    """The longest queued, steering or draft message kept inline (they add up in
+    the chat's state, outside its turns)."""
     title_bytes: int = TITLE_BYTES
     preview_bytes: int = MESSAGE_PREVIEW_BYTES
 
@@ -75,7 +81,8 @@ class Bounds:
     def for_message_size(cls, max_message_size: int) -> Bounds:
         budget = snapshot_budget(max_message_size)
         field = max(1024, budget // 4)
-        return cls(field_bytes=field, title_bytes=min(TITLE_BYTES, field),
+        return cls(field_bytes=field, turn_bytes=max(field, budget // 2),
+                   side_bytes=min(256 * 1024, field), title_bytes=min(TITLE_BYTES, field),
                    preview_bytes=min(MESSAGE_PREVIEW_BYTES, field // 2))
 
 
@@ -92,9 +99,9 @@ def cut_text(text: str, max_bytes: int, note: str) -> str:
 
 
 def _by_reference(message: t.Message, bounds: Bounds, store: ContentStore,
-                  owner: str | None) -> t.Message:
+                  owner: str | None, limit: int) -> t.Message:
     size = _utf8_len(message.text)
-    if size <= bounds.field_bytes:
+    if size <= limit:
         return message
     ref = store.put_text(message.text, owner=owner)
     label = "message.txt"
@@ -117,67 +124,77 @@ def _title(title: str, bounds: Bounds) -> str:
 PART_CUT_NOTE: Final = "\n\n[the rest of this part was cut: it is over the host's size limit]"
 
 
-class PartSizes:
-    """The UTF-8 bytes of the markdown and reasoning parts of the active turns,
-    so that an append is checked without measuring the part again; ``-1``: cut."""
+class _TurnSizes:
+    __slots__ = ("parts", "total")
 
     def __init__(self) -> None:
-        self._sizes: dict[tuple[str, str, str], int] = {}
+        self.parts: dict[str, int] = {}
+        """part id -> its UTF-8 bytes; ``-1``: cut (appends carry nothing more)."""
+        self.total = 0
+
+
+class PartSizes:
+    """The UTF-8 bytes of the markdown and reasoning parts of the active turns, so
+    that an append is checked without measuring the part again."""
+
+    def __init__(self) -> None:
+        self._turns: dict[tuple[str, str], _TurnSizes] = {}
 
     def __len__(self) -> int:
-        return len(self._sizes)
+        return len(self._turns)
 
     def drop_turn(self, channel: str, turn_id: str) -> None:
-        for key in [k for k in self._sizes if k[0] == channel and k[1] == turn_id]:
-            del self._sizes[key]
+        self._turns.pop((channel, turn_id), None)
 
     def drop_channel(self, channel: str) -> None:
-        for key in [k for k in self._sizes if k[0] == channel]:
-            del self._sizes[key]
+        for key in [k for k in self._turns if k[0] == channel]:
+            del self._turns[key]
 
-    def _current(self, channel: str, state: t.ChatState, turn_id: str, part_id: str) -> int:
-        key = (channel, turn_id, part_id)
-        size = self._sizes.get(key)
-        if size is None:
-            # not seen grow here (a host restored from its store): measured once
-            size = 0
+    def _turn(self, channel: str, state: t.ChatState, turn_id: str) -> _TurnSizes:
+        sizes = self._turns.get((channel, turn_id))
+        if sizes is None:
+            # a turn not seen grow here (a host restored from its store): measured once
+            sizes = self._turns[(channel, turn_id)] = _TurnSizes()
             turn = state.active_turn
             if turn is not None and turn.id == turn_id:
                 for part in turn.response_parts:
-                    if isinstance(part, t.MarkdownResponsePart | t.ReasoningResponsePart) and (
-                        part.id == part_id
-                    ):
+                    if isinstance(part, t.MarkdownResponsePart | t.ReasoningResponsePart):
                         size = _utf8_len(part.content)
-                        if part.content.endswith(PART_CUT_NOTE):
-                            size = -1
-            self._sizes[key] = size
-        return size
+                        sizes.total += size
+                        sizes.parts[part.id] = -1 if part.content.endswith(PART_CUT_NOTE) \
+                            else size
+        return sizes
+
+    def _kept(self, sizes: _TurnSizes, part_id: str, text: str, bounds: Bounds) -> str:
+        size = sizes.parts.get(part_id, 0)
+        if size < 0:
+            return ""
+        added = _utf8_len(text)
+        room = min(bounds.field_bytes - size, bounds.turn_bytes - sizes.total)
+        if added <= room:
+            sizes.parts[part_id] = size + added
+            sizes.total += added
+            return text
+        kept = cut_text(text, room, PART_CUT_NOTE)
+        sizes.parts[part_id] = -1
+        sizes.total += _utf8_len(kept)
+        return kept
 
     def append(self, channel: str, state: t.ChatState, *, turn_id: str, part_id: str,
                text: str, bounds: Bounds) -> str:
-        """The part of ``text`` to append to the part (cut with the note at the limit)."""
-        size = self._current(channel, state, turn_id, part_id)
-        if size < 0:
-            return ""
-        grown = size + _utf8_len(text)
-        key = (channel, turn_id, part_id)
-        if grown <= bounds.field_bytes:
-            self._sizes[key] = grown
-            return text
-        self._sizes[key] = -1
-        return cut_text(text, bounds.field_bytes - size, PART_CUT_NOTE)
+        """What of ``text`` to append to the part: all of it, or its start and the
+        marker when the part or its turn reaches its limit, or nothing after."""
+        return self._kept(self._turn(channel, state, turn_id), part_id, text, bounds)
 
-    def started(self, channel: str, turn_id: str, part: t.ResponsePart,
+    def started(self, channel: str, state: t.ChatState, turn_id: str, part: t.ResponsePart,
                 bounds: Bounds) -> t.ResponsePart:
+        """``part`` as the turn gets it (its content bounded as an append is)."""
         if not isinstance(part, t.MarkdownResponsePart | t.ReasoningResponsePart):
             return part
-        size = _utf8_len(part.content)
-        key = (channel, turn_id, part.id)
-        if size <= bounds.field_bytes:
-            self._sizes[key] = size
-            return part
-        self._sizes[key] = -1
-        return evolve(part, content=cut_text(part.content, bounds.field_bytes, PART_CUT_NOTE))
+        sizes = self._turn(channel, state, turn_id)
+        sizes.parts.pop(part.id, None)
+        kept = self._kept(sizes, part.id, part.content, bounds)
+        return part if kept is part.content else evolve(part, content=kept)
 
 
 def bound_action(
@@ -193,13 +210,13 @@ def bound_action(
     when nothing is over."""
     match action:
         case t.ChatTurnStartedAction(message=message):
-            bounded = _by_reference(message, bounds, store, channel)
+            bounded = _by_reference(message, bounds, store, channel, bounds.field_bytes)
             return action if bounded is message else evolve(action, message=bounded)
         case t.ChatPendingMessageSetAction(message=message):
-            bounded = _by_reference(message, bounds, store, channel)
+            bounded = _by_reference(message, bounds, store, channel, bounds.side_bytes)
             return action if bounded is message else evolve(action, message=bounded)
         case t.ChatDraftChangedAction(draft=t.Message() as draft):
-            bounded = _by_reference(draft, bounds, store, channel)
+            bounded = _by_reference(draft, bounds, store, channel, bounds.side_bytes)
             return action if bounded is draft else evolve(action, draft=bounded)
         case t.SessionTitleChangedAction(title=title):
             cut = _title(title, bounds)
@@ -211,7 +228,7 @@ def bound_action(
         case t.ChatResponsePartAction(turn_id=turn_id, part=part) if isinstance(
             state, t.ChatState
         ):
-            bounded_part = parts.started(channel, turn_id, part, bounds)
+            bounded_part = parts.started(channel, state, turn_id, part, bounds)
             return action if bounded_part is part else evolve(action, part=bounded_part)
         case t.ChatDeltaAction(turn_id=turn_id, part_id=part_id, content=text) | \
                 t.ChatReasoningAction(turn_id=turn_id, part_id=part_id, content=text) if (
@@ -223,6 +240,10 @@ def bound_action(
             turn_id=turn_id
         ) | t.ChatErrorAction(turn_id=turn_id):
             parts.drop_turn(channel, turn_id)
+        case t.ChatToolCallCompleteAction() | t.ChatToolCallContentChangedAction() | \
+                t.ChatToolCallReadyAction():
+            # what an agent did not fold (a client's result): over the field limit
+            return by_reference(action, store, bounds.field_bytes, channel)
     return action
 
 

@@ -23,7 +23,12 @@ Policies the spec leaves open (see ``docs/host.md``):
 * A ``subscribe`` with ``view.turns`` gets a chat snapshot trimmed to the
   last turns; the host pages the rest to that client alone (``fetchTurns``
   answered by the core), and sends it the hidden turns before any broadcast
-  that would need them.
+  that would need them.  Any chat snapshot (view or not, in ``initialize`` and
+  ``reconnect`` too) is trimmed the same way to the newest turns that fit one
+  message; a replay that would not fit is answered with snapshots.
+* Message texts, titles and response parts too big for a snapshot are
+  bounded as actions are applied (by reference or cut with a marker:
+  :mod:`.bounds`).
 * Active clients that unsubscribe, reconnect without the session, or stay
   away longer than ``active_client_grace_ms`` are removed when the embedder
   calls :meth:`Host.expire_clients` (the core has no timer).

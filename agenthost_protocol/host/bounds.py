@@ -25,6 +25,7 @@ Pure: nothing here does I/O.
 
 from __future__ import annotations
 
+import weakref
 from typing import Final
 
 from attrs import evolve, frozen
@@ -38,6 +39,7 @@ __all__ = [
     "MESSAGE_PREVIEW_BYTES",
     "Bounds",
     "PartSizes",
+    "TurnSizes",
     "bound_action",
     "cut_text",
     "page_chunks",
@@ -287,3 +289,33 @@ def page_chunks(turns: tuple[t.Turn, ...], budget: int) -> list[tuple[t.Turn, ..
     if run or not chunks:
         chunks.append(tuple(reversed(run)))
     return chunks
+
+
+class TurnSizes:
+    """The encoded bytes of completed turns, measured once per turn object.
+
+    A completed turn never changes (a truncation or a fork makes other
+    objects), so trimming a snapshot or a page again costs no encoding;
+    an entry goes when its turn is collected."""
+
+    def __init__(self) -> None:
+        self._sizes: dict[int, tuple[weakref.ref[t.Turn], int]] = {}
+
+    def __len__(self) -> int:
+        return len(self._sizes)
+
+    def size(self, turn: t.Turn) -> int:
+        key = id(turn)
+        entry = self._sizes.get(key)
+        if entry is not None and entry[0]() is turn:
+            return entry[1]
+        size = len(wire.dumps(turn))
+        sizes = self._sizes
+
+        def gone(ref: weakref.ref[t.Turn], key: int = key) -> None:
+            # an id is reused only after its object is gone: drop only our own entry
+            if (current := sizes.get(key)) is not None and current[0] is ref:
+                del sizes[key]
+
+        self._sizes[key] = (weakref.ref(turn, gone), size)
+        return size

@@ -65,7 +65,14 @@ from ..versions import (
     negotiate_protocol_version,
 )
 from . import sessions
-from .bounds import Bounds, PartSizes, bound_action, shrink_turn, snapshot_budget
+from .bounds import (
+    Bounds,
+    PartSizes,
+    TurnSizes,
+    bound_action,
+    shrink_turn,
+    snapshot_budget,
+)
 from .coalescing import Coalescer, Held, is_mergeable
 from .commands import Commands
 from .connection import Claim, ConnectionState, HostConnection
@@ -301,6 +308,7 @@ class Host(Commands, Durable):
         self._limits = limits if limits is not None else HostLimits()
         self._bounds = Bounds.for_message_size(self._limits.max_message_size)
         self._parts = PartSizes()
+        self._turn_sizes = TurnSizes()
         self.content = ContentStore(max_item_bytes=self._item_limit(self._limits))
         """Large content served by reference (:meth:`by_reference`, ``resourceRead``)."""
         if store is not None:
@@ -1140,7 +1148,7 @@ class Host(Commands, Durable):
             snapshot, state=evolve(state, turns=(), turns_next_cursor="view-" + "0" * 20))))
         fits = 0
         for turn in reversed(state.turns[len(state.turns) - keep:]):
-            room -= len(wire.dumps(turn)) + 1
+            room -= self._turn_sizes.size(turn) + 1
             if room < 0:
                 break
             fits += 1
@@ -1190,7 +1198,7 @@ class Host(Commands, Durable):
             turns = state.turns[view.hidden - count : view.hidden]
             room = budget
             for turn in turns:
-                room -= len(wire.dumps(turn)) + 1
+                room -= self._turn_sizes.size(turn) + 1
                 if room < 0:
                     break
             if room >= 0:
@@ -1198,7 +1206,7 @@ class Host(Commands, Durable):
             count //= 2
         left = view.hidden - count
         turns = state.turns[left : view.hidden]
-        if count == 1 and len(wire.dumps(turns[0])) > budget:
+        if count == 1 and self._turn_sizes.size(turns[0]) > budget:
             turns = (shrink_turn(turns[0], budget),)
         if left:
             cursor: str | None = self._views.set(

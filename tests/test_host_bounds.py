@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import json
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from agenthost_protocol import types as t
 from agenthost_protocol import wire
 from agenthost_protocol.host import Host, HostLimits
-from agenthost_protocol.host.bounds import PART_CUT_NOTE, Bounds
+from agenthost_protocol.host.bounds import PART_CUT_NOTE, Bounds, cut_text
 
 SESSION = "ahp-session:/s"
 CHAT = "ahp-chat:/c"
@@ -177,3 +180,15 @@ def test_a_snapshot_without_a_view_is_trimmed_to_fit_and_pages() -> None:
         turns = loaded["turns"] + turns
         cursor = loaded.get("turnsNextCursor")
     assert turns == json.loads(wire.dumps(chat(host)))["turns"]
+
+
+@given(st.text(), st.integers(min_value=0, max_value=64))
+def test_a_cut_text_is_a_prefix_and_the_note_within_the_bytes(text: str, room: int) -> None:
+    note = " [cut]"
+    cut = cut_text(text, room + len(note), note)
+    assert cut.endswith(note) and text.startswith(cut[: -len(note)])
+    assert len(cut.encode("utf-8", "surrogatepass")) <= room + len(note)
+    assert len(text.encode("utf-8", "surrogatepass")) - len(
+        cut[: -len(note)].encode("utf-8", "surrogatepass")) in range(
+            max(0, len(text.encode("utf-8", "surrogatepass")) - room),
+            max(0, len(text.encode("utf-8", "surrogatepass")) - room) + 4)

@@ -89,15 +89,21 @@ class Bounds:
 
 
 def _utf8_len(text: str) -> int:
-    # a str of n code points is at most 4n bytes: most texts need no encoding to know
-    return len(text) if text.isascii() else len(text.encode("utf-8"))
+    # an ASCII text needs no encoding to know; a lone surrogate is measured, not
+    # refused here (encoding the action refuses it, naming the field)
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
 def cut_text(text: str, max_bytes: int, note: str) -> str:
     """``text`` cut (at a character) so that it and ``note`` fit ``max_bytes`` UTF-8 bytes."""
     room = max(0, max_bytes - len(note.encode("utf-8")))
-    head = text.encode("utf-8")[:room].decode("utf-8", "ignore")
-    return head + note
+    head = text.encode("utf-8", "surrogatepass")[:room]
+    for _ in range(4):  # at most three bytes of a cut character to drop
+        try:
+            return head.decode("utf-8", "surrogatepass") + note
+        except UnicodeDecodeError:
+            head = head[:-1]
+    return head.decode("utf-8", "replace") + note
 
 
 def _by_reference(message: t.Message, bounds: Bounds, store: ContentStore,

@@ -130,7 +130,7 @@ async def open_with_raw_client(demo: DemoHost) -> list[int]:
             number = next(ids)
             await ws.send(json.dumps({"jsonrpc": "2.0", "id": number, "method": method,
                                       "params": params}))
-            notes = []
+            notes: list[Any] = []
             while True:
                 raw = await asyncio.wait_for(ws.recv(), 30)
                 sizes.append(len(raw))

@@ -17,6 +17,7 @@ from agenthost_protocol import types as t
 from agenthost_protocol import wire
 from agenthost_protocol.host import Host, HostLimits
 from agenthost_protocol.host.bounds import PART_CUT_NOTE, Bounds, cut_text
+from agenthost_protocol.host.validation import MAX_QUEUED_MESSAGES
 
 SESSION = "ahp-session:/s"
 CHAT = "ahp-chat:/c"
@@ -192,3 +193,28 @@ def test_a_cut_text_is_a_prefix_and_the_note_within_the_bytes(text: str, room: i
         cut[: -len(note)].encode("utf-8", "surrogatepass")) in range(
             max(0, len(text.encode("utf-8", "surrogatepass")) - room),
             max(0, len(text.encode("utf-8", "surrogatepass")) - room) + 4)
+
+
+def test_a_client_cannot_queue_without_end() -> None:
+    host = make_host()
+    conn = host.connect()
+    conn.receive_data(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersions": ["0.7.0"], "clientId": "c", "initialSubscriptions": [CHAT]}}))
+    conn.data_to_send()
+
+    def queue(n: int, message_id: str) -> dict[str, object]:
+        conn.receive_data(json.dumps({"jsonrpc": "2.0", "method": "dispatchAction", "params": {
+            "channel": CHAT, "clientSeq": n, "action": wire.unstructure(
+                t.ChatPendingMessageSetAction(kind=t.PendingMessageKind.QUEUED, id=message_id,
+                                              message=t.Message(text="q", origin=USER)))}}))
+        (sent,) = conn.data_to_send()
+        envelope: dict[str, object] = json.loads(sent)["params"]
+        return envelope
+
+    for n in range(MAX_QUEUED_MESSAGES):
+        assert "rejectionReason" not in queue(n + 1, f"q{n}")
+    refused = queue(MAX_QUEUED_MESSAGES + 1, "one more")
+    assert refused["rejectionReason"] == (
+        f"the queue is full: at most {MAX_QUEUED_MESSAGES} queued messages")
+    assert "rejectionReason" not in queue(MAX_QUEUED_MESSAGES + 2, "q0")  # an update is fine
+    assert len(chat(host).queued_messages or ()) == MAX_QUEUED_MESSAGES

@@ -122,7 +122,7 @@ def test_titles_are_cut_with_a_marker() -> None:
 
 def test_queued_and_draft_messages_go_by_reference_sooner() -> None:
     host = make_host(16 * 1024 * 1024)  # the default limit: a field may be 4 MB
-    text = "q" * (256 * 1024 + 1)
+    text = "q" * (64 * 1024 + 1)
     envelope = host.dispatch(CHAT, t.ChatDraftChangedAction(
         draft=t.Message(text=text, origin=USER)))
     assert isinstance(envelope.action, t.ChatDraftChangedAction)

@@ -54,6 +54,9 @@ answer, the envelope, the chat's other fields are measured; this is slack)."""
 MESSAGE_PREVIEW_BYTES: Final = 16 * 1024
 """The text a message sent by reference keeps inline (its start)."""
 
+SIDE_BYTES: Final = 64 * 1024
+"""The longest queued, steering or draft message kept inline."""
+
 TITLE_BYTES: Final = 16 * 1024
 """The longest title kept; a longer one is cut."""
 
@@ -73,9 +76,9 @@ class Bounds:
     turn_bytes: int
     """The most text the markdown and reasoning parts of one turn hold together
     (half the snapshot budget: with the message, a turn fits one message)."""
-    side_bytes: int = 256 * 1024
+    side_bytes: int = SIDE_BYTES
     """The longest queued, steering or draft message kept inline (they add up in
-    the chat's state, outside its turns)."""
+    the chat's state, outside its turns: 64 queued ones at most, 4 MiB)."""
     title_bytes: int = TITLE_BYTES
     preview_bytes: int = MESSAGE_PREVIEW_BYTES
 
@@ -84,7 +87,7 @@ class Bounds:
         budget = snapshot_budget(max_message_size)
         field = max(1024, budget // 4)
         return cls(field_bytes=field, turn_bytes=max(field, budget // 2),
-                   side_bytes=min(256 * 1024, field), title_bytes=min(TITLE_BYTES, field),
+                   side_bytes=min(SIDE_BYTES, field), title_bytes=min(TITLE_BYTES, field),
                    preview_bytes=min(MESSAGE_PREVIEW_BYTES, field // 2))
 
 

@@ -37,7 +37,7 @@ __all__ = [
 ]
 
 MAX_QUEUED_MESSAGES: Final = 64
-"""The most queued messages a client may add to a chat (each at most 256 KiB
+"""The most queued messages a client may add to a chat (each at most 64 KiB
 inline: :mod:`.bounds`); a steering message replaces the one there is."""
 
 _FAMILY: Mapping[ChannelKind, str] = MappingProxyType({

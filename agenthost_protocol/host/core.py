@@ -1122,9 +1122,10 @@ class Host(Commands, Durable):
 
     def _fitted(self, client_id: str, snapshot: t.Snapshot, room: int) -> tuple[t.Snapshot, int]:
         """``snapshot`` trimmed to ``room`` bytes (one of several in an answer), and
-        the room left after it."""
-        snapshot = self._trimmed(client_id, snapshot, None, room)
-        return snapshot, room - len(wire.dumps(snapshot)) - 1
+        the room left after it (a channel other than a chat is taken as small:
+        its big fields are bounded, see :mod:`.bounds`)."""
+        snapshot, size = self._trim(client_id, snapshot, None, room)
+        return snapshot, room - size - 1
 
     def _trimmed(
         self, client_id: str, snapshot: t.Snapshot, view: t.SubscribeView | None, budget: int
@@ -1137,29 +1138,38 @@ class Host(Commands, Durable):
         ``fetchTurns`` (``turnsNextCursor``), whether or not a view was asked.
         Other channels, and chats that fit whole, are snapshotted whole.
         """
+        return self._trim(client_id, snapshot, view, budget)[0]
+
+    def _trim(
+        self, client_id: str, snapshot: t.Snapshot, view: t.SubscribeView | None, budget: int
+    ) -> tuple[t.Snapshot, int]:
+        """:meth:`_trimmed`, and about the bytes of the snapshot sent (0: not a chat)."""
         state = snapshot.state
-        if not isinstance(state, t.ChatState) or not state.turns:
-            return snapshot
+        if not isinstance(state, t.ChatState):
+            return snapshot, 0
+        # the snapshot's other fields, with room for a cursor this host would issue
+        used = len(wire.dumps(evolve(
+            snapshot, state=evolve(state, turns=(), turns_next_cursor="view-" + "0" * 20))))
+        if not state.turns:
+            return snapshot, used
         keep = len(state.turns)
         if view is not None and view.turns is not None and 0 <= view.turns < keep:
             keep = view.turns
-        # the snapshot's other fields, with room for a cursor this host would issue
-        room = budget - len(wire.dumps(evolve(
-            snapshot, state=evolve(state, turns=(), turns_next_cursor="view-" + "0" * 20))))
         fits = 0
         for turn in reversed(state.turns[len(state.turns) - keep:]):
-            room -= self._turn_sizes.size(turn) + 1
-            if room < 0:
+            size = self._turn_sizes.size(turn) + 1
+            if used + size > budget:
                 break
+            used += size
             fits += 1
         if fits == len(state.turns):
-            return snapshot
+            return snapshot, used
         hidden = len(state.turns) - fits
         recorded = self._views.set(
             client_id, snapshot.resource, hidden=hidden, page=max(fits, 1)
         )
         trimmed = evolve(state, turns=state.turns[hidden:], turns_next_cursor=recorded.cursor)
-        return evolve(snapshot, state=trimmed)
+        return evolve(snapshot, state=trimmed), used
 
     def _page_view(
         self, conn: HostConnection, request_id: t.JsonRpcId, params: t.FetchTurnsParams

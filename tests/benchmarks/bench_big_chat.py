@@ -97,8 +97,9 @@ def _big_messages(turns: int) -> None:
     held, _ = tracemalloc.get_traced_memory()
     replay = host.replay.size_bytes
     print(f"chat: {turns} turns, {content / 1e6:,.0f} MB of text; host memory "
-          f"{held / 2**20:,.1f} MiB traced, of it the replay buffer's encoded envelopes "
-          f"{replay / 2**20:,.1f} MiB")
+          f"{held / 2**20:,.1f} MiB traced (the replay buffer counts {replay / 2**20:,.1f} MiB "
+          "of envelopes against its bound, holding the actions, which share their texts "
+          "with the state)")
     tracemalloc.reset_peak()
     conn = host.connect()
     largest = 0

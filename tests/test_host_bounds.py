@@ -9,6 +9,7 @@ together up to half of it.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -18,6 +19,7 @@ from agenthost_protocol import wire
 from agenthost_protocol.host import Host, HostLimits
 from agenthost_protocol.host.bounds import PART_CUT_NOTE, Bounds, cut_text
 from agenthost_protocol.host.validation import MAX_QUEUED_MESSAGES
+from agenthost_protocol.sqlite_store import SQLiteStore
 
 SESSION = "ahp-session:/s"
 CHAT = "ahp-chat:/c"
@@ -218,3 +220,47 @@ def test_a_client_cannot_queue_without_end() -> None:
         f"the queue is full: at most {MAX_QUEUED_MESSAGES} queued messages")
     assert "rejectionReason" not in queue(MAX_QUEUED_MESSAGES + 2, "q0")  # an update is fine
     assert len(chat(host).queued_messages or ()) == MAX_QUEUED_MESSAGES
+
+
+def test_a_big_chat_stored_and_restarted_opens_trimmed_and_stays_bounded(
+    tmp_path: Path,
+) -> None:
+    """A host with its SQLite store holds a chat over the limit and a turn whose
+    part is near its limit; after a restart the chat opens on the turns that fit
+    and the part is still cut where its limit is."""
+    path = tmp_path / "host.sqlite3"
+    store = SQLiteStore(path)
+    host = Host(clock=lambda: 1_767_225_600_000, limits=HostLimits(max_message_size=LIMIT),
+                store=store)
+    host.create_session(SESSION, provider="p")
+    host.ready_session(SESSION, default_chat=CHAT)
+    for n in range(6):  # 6 x 200 KB messages: 1.2 MB, over the 1 MiB limit
+        start(host, f"t{n}", f"{n} " + "m" * 200_000)
+        host.dispatch(CHAT, t.ChatTurnCompleteAction(turn_id=f"t{n}", duration=1))
+    start(host, "live")
+    near = "a" * (BOUNDS.field_bytes - 5)
+    host.dispatch(CHAT, t.ChatResponsePartAction(
+        turn_id="live", part=t.MarkdownResponsePart(id="p", content=near)))
+    assert host.commit()
+    before = wire.dumps(chat(host))
+    store.close()
+
+    store = SQLiteStore(path)
+    again = Host(clock=lambda: 1_767_225_600_000, limits=HostLimits(max_message_size=LIMIT),
+                 store=store)
+    assert wire.dumps(chat(again)) == before
+    envelope = again.dispatch(CHAT, t.ChatDeltaAction(turn_id="live", part_id="p",
+                                                      content="b" * 1000))
+    assert isinstance(envelope.action, t.ChatDeltaAction)
+    assert envelope.action.content.endswith(PART_CUT_NOTE)
+    conn = again.connect()
+    conn.receive_data(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersions": ["0.7.0"], "clientId": "c"}}))
+    conn.receive_data(json.dumps({"jsonrpc": "2.0", "id": 2, "method": "subscribe",
+                                  "params": {"channel": CHAT}}))
+    sent = conn.data_to_send()
+    assert max(map(len, sent)) < LIMIT
+    (answer,) = [m for m in map(json.loads, sent) if m.get("id") == 2]
+    state = answer["result"]["snapshot"]["state"]
+    assert 0 < len(state["turns"]) < 6 and state["turnsNextCursor"]
+    store.close()

@@ -11,12 +11,9 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
 from agenthost_protocol import methods, wire
 from agenthost_protocol import types as t
-from agenthost_protocol.aio.client import DEFAULT_CHAT_VIEW_TURNS, RequestError, connect
-from agenthost_protocol.errors import LocalProtocolError
+from agenthost_protocol.aio.client import DEFAULT_CHAT_VIEW_TURNS, connect
 from agenthost_protocol.host import Host, HostLimits
 from agenthost_protocol.host.content import CONTENT_SCHEME
 
@@ -98,7 +95,9 @@ def test_a_100_mb_chat_opens_pages_and_reads_by_reference() -> None:
     run(body(), 120)
 
 
-def test_what_no_client_could_take_is_refused_not_half_sent() -> None:
+def test_what_no_client_could_take_is_trimmed_or_referenced_never_refused() -> None:
+    """Issue 29, defect 8: under a 2 MiB limit a 4 MB chat opens on the turns that
+    fit, and a message bigger than the limit goes by reference at dispatch."""
     async def body() -> None:
         async with demo_host() as demo:
             demo.host.limits = HostLimits(max_message_size=2 * 1024 * 1024)
@@ -108,23 +107,26 @@ def test_what_no_client_could_take_is_refused_not_half_sent() -> None:
                 await bystander.initialize()
                 await bystander.subscribe(CHAT, view=t.SubscribeView(turns=1))
                 await client.initialize()
-                with pytest.raises(RequestError) as refused:
-                    await client.subscribe(CHAT, view=t.SubscribeView())
-                assert refused.value.code == -32603
-                assert "over the" in str(refused.value) and "view.turns" in str(refused.value)
-                # a view fits; pages that would not fit one message come in smaller ones
-                await client.subscribe(CHAT, view=t.SubscribeView(turns=5))
+                snapshot = await client.subscribe(CHAT, view=t.SubscribeView())
+                assert snapshot is not None and isinstance(snapshot.state, t.ChatState)
+                assert 0 < len(snapshot.state.turns) < 40
+                assert snapshot.state.turns_next_cursor is not None
                 while await client.fetch_older_turns(CHAT):
                     pass
                 held = client.connection.confirmed(CHAT)
                 assert isinstance(held, t.ChatState) and len(held.turns) == 40
-                # an action too large for any client is refused where it is made
-                seq = demo.host.server_seq
-                with pytest.raises(LocalProtocolError, match="over the"):
-                    demo.host.dispatch(CHAT, t.ChatTurnStartedAction(
-                        turn_id="huge", started_at="2026-01-01T00:00:00.000Z",
-                        message=t.Message(text="x" * (3 * 1024 * 1024), origin=USER)))
-                assert demo.host.server_seq == seq
+                assert wire.dumps(held) == wire.dumps(demo.host.state(CHAT))
+                # a message too large for any client goes by reference where it is made
+                envelope = demo.host.dispatch(CHAT, t.ChatTurnStartedAction(
+                    turn_id="huge", started_at="2026-01-01T00:00:00.000Z",
+                    message=t.Message(text="x" * (3 * 1024 * 1024), origin=USER)))
+                assert isinstance(envelope.action, t.ChatTurnStartedAction)
+                (attachment,) = envelope.action.message.attachments or ()
+                assert isinstance(attachment, t.MessageResourceAttachment)
+                read = await client.request(methods.RESOURCE_READ,
+                                            t.ResourceReadParams(uri=attachment.uri))
+                assert isinstance(read, t.ResourceReadResult)
+                assert read.data.startswith("x" * 1000) and "more bytes not kept" in read.data
                 # and everybody is still connected and in step
                 await bystander.ping()
                 await client.ping()

@@ -504,12 +504,14 @@ def test_stalled_subscribers_are_dropped_to_keep_the_server_budget() -> None:
                 stalled.append(await stalled_subscriber(port, f"stalled-{n}", session))
             peak = 0
             for n in range(4):
-                demo.host.dispatch(session, t.SessionTitleChangedAction(title=f"{n}{title}"))
+                # _meta, not a title: the host cuts a title of megabytes (issue 29)
+                demo.host.dispatch(session, t.SessionMetaChangedAction(
+                    meta={"n": n, "blob": title}))
                 demo.server.flush()
                 peak = max(peak, demo.server.queued_bytes)
                 await asyncio.sleep(0.05)
             state = await reader.until_state(session, lambda s: isinstance(s, t.SessionState)
-                                             and s.title.startswith("3"), 20)
+                                             and (s.meta or {}).get("n") == 3, 20)
             assert isinstance(state, t.SessionState)
             for _ in range(200):
                 if demo.server.queued_bytes <= budget:

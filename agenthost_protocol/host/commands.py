@@ -19,6 +19,7 @@ from ..channels import ROOT_CHANNEL, ChannelKind, channel_kind
 from ..errors import InvalidParams, LocalProtocolError
 from ..types.error_codes import AhpErrorCode, JsonRpcErrorCode
 from . import sessions
+from .bounds import page_chunks, snapshot_budget
 from .content import ContentStore
 from .events import Event, RequestReceived, StoreFailed
 from .persistence import ChannelTable, Journal, decode_summary
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from .events import ProtocolNotificationParams
+    from .limits import HostLimits
 
 __all__ = ["Commands", "wire_time"]
 
@@ -62,6 +64,8 @@ class Commands:
         def _capabilities(self, session: t.SessionState | None) -> t.AgentCapabilities | None: ...
         def _chat_added(self, chat: str, session: str) -> None: ...
         def _is_listed(self, uri: str) -> bool: ...
+        @property
+        def limits(self) -> HostLimits: ...
 
     def create_session(
         self,
@@ -306,10 +310,14 @@ class Commands:
             return
         if turns or next_cursor is not None or state.turns_next_cursor is not None:
             # with every turn loaded already, a chat/turnsLoaded of nothing is a no-op:
-            # not worth a serverSeq
-            self.dispatch(
-                params.channel, t.ChatTurnsLoadedAction(turns=turns, turns_next_cursor=next_cursor)
-            )
+            # not worth a serverSeq.  A page too big for one message goes in several,
+            # newest first (each prepends), the last one carrying the new cursor.
+            chunks = page_chunks(turns, snapshot_budget(self.limits.max_message_size))
+            for n, chunk in enumerate(chunks):
+                cursor = next_cursor if n == len(chunks) - 1 else state.turns_next_cursor
+                self.dispatch(
+                    params.channel, t.ChatTurnsLoadedAction(turns=chunk, turns_next_cursor=cursor)
+                )
         event.responder.respond(t.FetchTurnsResult())
 
     def older_turns_cursor(self, chat: str, turn_id: str | None = None) -> str | None:

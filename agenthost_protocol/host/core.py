@@ -23,7 +23,12 @@ Policies the spec leaves open (see ``docs/host.md``):
 * A ``subscribe`` with ``view.turns`` gets a chat snapshot trimmed to the
   last turns; the host pages the rest to that client alone (``fetchTurns``
   answered by the core), and sends it the hidden turns before any broadcast
-  that would need them.
+  that would need them.  Any chat snapshot (view or not, in ``initialize`` and
+  ``reconnect`` too) is trimmed the same way to the newest turns that fit one
+  message; a replay that would not fit is answered with snapshots.
+* Message texts, titles and response parts too big for a snapshot are
+  bounded as actions are applied (by reference or cut with a marker:
+  :mod:`.bounds`).
 * Active clients that unsubscribe, reconnect without the session, or stay
   away longer than ``active_client_grace_ms`` are removed when the embedder
   calls :meth:`Host.expire_clients` (the core has no timer).
@@ -60,6 +65,14 @@ from ..versions import (
     negotiate_protocol_version,
 )
 from . import sessions
+from .bounds import (
+    Bounds,
+    PartSizes,
+    TurnSizes,
+    bound_action,
+    shrink_turn,
+    snapshot_budget,
+)
 from .coalescing import Coalescer, Held, is_mergeable
 from .commands import Commands
 from .connection import Claim, ConnectionState, HostConnection
@@ -301,6 +314,9 @@ class Host(Commands, Durable):
         self.observer: HostObserver | None = None
         """Told of every applied action and removed channel (``None``: nobody)."""
         self._limits = limits if limits is not None else HostLimits()
+        self._bounds = Bounds.for_message_size(self._limits.max_message_size)
+        self._parts = PartSizes()
+        self._turn_sizes = TurnSizes()
         self.content = ContentStore(max_item_bytes=self._item_limit(self._limits))
         """Large content served by reference (:meth:`by_reference`, ``resourceRead``)."""
         if store is not None:
@@ -317,6 +333,7 @@ class Host(Commands, Durable):
     @limits.setter
     def limits(self, limits: HostLimits) -> None:
         self._limits = limits
+        self._bounds = Bounds.for_message_size(limits.max_message_size)
         self.content.max_item_bytes = self._item_limit(limits)
 
     @staticmethod
@@ -498,6 +515,7 @@ class Host(Commands, Durable):
                 table.pop(uri, None)
         del self._states[uri]
         self.content.release(uri)
+        self._parts.drop_channel(uri)
         # what was held of it was sent before the removal: it goes now
         self._coalescer.release_channel(uri)
         for conn in self._subscribers.pop(uri, {}):
@@ -539,6 +557,9 @@ class Host(Commands, Durable):
         action: t.StateAction,
         origin: t.ActionOrigin | None,
     ) -> t.ActionEnvelope:
+        # a message, title or part too big for a snapshot goes by reference or is cut
+        action = bound_action(channel, state, action, bounds=self._bounds, store=self.content,
+                              parts=self._parts)
         if isinstance(state, t.ChatState) and isinstance(
             action, t.ChatTurnsLoadedAction | t.ChatTruncatedAction
         ):
@@ -917,11 +938,13 @@ class Host(Commands, Durable):
         self._views.drop_client(params.client_id)
         self._coalescer.forget_client(params.client_id)
         snapshots = []
+        room = self._budget()
         for uri in wanted:
             if uri in self._states:
                 self._subscribe_to(conn, uri)
                 snapshot = self.snapshot(uri)
                 if snapshot is not None:
+                    snapshot, room = self._fitted(params.client_id, snapshot, room)
                     snapshots.append(snapshot)
         result = t.InitializeResult(
             protocol_version=version,
@@ -1029,6 +1052,13 @@ class Host(Commands, Durable):
         last = params.last_seen_server_seq
         result: t.ReconnectReplayResult | t.ReconnectSnapshotResult
         entries = self._replay_entries(last)
+        listed_live = set(live)
+        if entries is not None and sum(
+            entry.size for entry in entries
+            if entry.envelope.channel in listed_live and entry.only_to in (None, params.client_id)
+        ) > self._budget():
+            # a replay too big for one message: snapshots (trimmed to fit) instead
+            entries = None
         replayed = entries is not None
         if entries is not None:
             for uri in live:
@@ -1047,12 +1077,14 @@ class Host(Commands, Durable):
         else:
             self._views.drop_client(params.client_id)
             snapshots = []
+            room = self._budget()
             for uri in live:
                 snapshot = self.snapshot(uri)
                 if snapshot is not None:
                     # a stateless channel gets no snapshot: the client drops it
                     # and subscribes again from the live edge
                     self._subscribe_to(conn, uri)
+                    snapshot, room = self._fitted(params.client_id, snapshot, room)
                     snapshots.append(snapshot)
             result = t.ReconnectSnapshotResult(snapshots=tuple(snapshots))
         if not conn._send_result(request_id, result):
@@ -1085,8 +1117,8 @@ class Host(Commands, Durable):
         client_id = conn.client_id
         if client_id is not None:
             self._views.drop(client_id, uri)
-            if snapshot is not None and params.view is not None:
-                snapshot = self._trimmed(client_id, snapshot, params.view)
+            if snapshot is not None:
+                snapshot = self._trimmed(client_id, snapshot, params.view, self._budget())
         if conn._send_result(request_id, t.SubscribeResult(snapshot=snapshot)):
             self._subscribe_to(conn, uri)
             delivery = params.delivery
@@ -1098,21 +1130,60 @@ class Host(Commands, Durable):
         elif client_id is not None:
             self._views.drop(client_id, uri)
 
-    def _trimmed(self, client_id: str, snapshot: t.Snapshot, view: t.SubscribeView) -> t.Snapshot:
-        """``snapshot`` of a chat cut to the last ``view.turns`` turns, the cut recorded.
+    def _budget(self) -> int:
+        """The bytes a snapshot, a replay or a page of turns may take in one message."""
+        return snapshot_budget(self._limits.max_message_size)
 
-        The spec's view is advisory: other channels, and chats no longer than
-        asked, are snapshotted whole.
+    def _fitted(self, client_id: str, snapshot: t.Snapshot, room: int) -> tuple[t.Snapshot, int]:
+        """``snapshot`` trimmed to ``room`` bytes (one of several in an answer), and
+        the room left after it (a channel other than a chat is taken as small:
+        its big fields are bounded, see :mod:`.bounds`)."""
+        snapshot, size = self._trim(client_id, snapshot, None, room)
+        return snapshot, room - size - 1
+
+    def _trimmed(
+        self, client_id: str, snapshot: t.Snapshot, view: t.SubscribeView | None, budget: int
+    ) -> t.Snapshot:
+        """``snapshot`` of a chat cut to its newest turns, the cut recorded as a view.
+
+        The last ``view.turns`` turns when asked for (the spec's view is
+        advisory), and never more than fit ``budget`` bytes: a chat too big for
+        one message opens on its newest turns, and the older ones page with
+        ``fetchTurns`` (``turnsNextCursor``), whether or not a view was asked.
+        Other channels, and chats that fit whole, are snapshotted whole.
         """
-        state, keep = snapshot.state, view.turns
-        if not isinstance(state, t.ChatState) or keep is None or not 0 <= keep < len(state.turns):
-            return snapshot
-        hidden = len(state.turns) - keep
+        return self._trim(client_id, snapshot, view, budget)[0]
+
+    def _trim(
+        self, client_id: str, snapshot: t.Snapshot, view: t.SubscribeView | None, budget: int
+    ) -> tuple[t.Snapshot, int]:
+        """:meth:`_trimmed`, and about the bytes of the snapshot sent (0: not a chat)."""
+        state = snapshot.state
+        if not isinstance(state, t.ChatState):
+            return snapshot, 0
+        # the snapshot's other fields, with room for a cursor this host would issue
+        used = len(wire.dumps(evolve(
+            snapshot, state=evolve(state, turns=(), turns_next_cursor="view-" + "0" * 20))))
+        if not state.turns:
+            return snapshot, used
+        keep = len(state.turns)
+        if view is not None and view.turns is not None and 0 <= view.turns < keep:
+            keep = view.turns
+        fits = 0
+        for turn in reversed(state.turns[len(state.turns) - keep:]):
+            size = self._turn_sizes.size(turn) + 1
+            if used + size > budget:
+                break
+            used += size
+            fits += 1
+        if fits == len(state.turns):
+            return snapshot, used
+        hidden = len(state.turns) - fits
         recorded = self._views.set(
-            client_id, snapshot.resource, hidden=hidden, page=max(keep, 1)
+            client_id, snapshot.resource, hidden=hidden, page=max(fits, 1)
         )
         trimmed = evolve(state, turns=state.turns[hidden:], turns_next_cursor=recorded.cursor)
-        return evolve(snapshot, state=trimmed)
+        return evolve(snapshot, state=trimmed), used
 
     def _page_view(
         self, conn: HostConnection, request_id: t.JsonRpcId, params: t.FetchTurnsParams
@@ -1144,15 +1215,23 @@ class Host(Commands, Durable):
         ``chat/turnsLoaded``: the host's state has them already, so it is not reduced.
 
         Pages too large for one message are sent in smaller ones; a single turn
-        too large raises :class:`LocalProtocolError` (nothing sent)."""
+        too large alone (a host whose limit shrank since) is sent with its
+        texts cut (:func:`~.bounds.shrink_turn`)."""
+        budget = self._budget()
         while count > 1:
             turns = state.turns[view.hidden - count : view.hidden]
-            probe = t.ChatTurnsLoadedAction(turns=turns, turns_next_cursor=None)
-            if len(wire.dumps(probe)) < self._limits.max_message_size - 4096:
+            room = budget
+            for turn in turns:
+                room -= self._turn_sizes.size(turn) + 1
+                if room < 0:
+                    break
+            if room >= 0:
                 break
             count //= 2
         left = view.hidden - count
         turns = state.turns[left : view.hidden]
+        if count == 1 and self._turn_sizes.size(turns[0]) > budget:
+            turns = (shrink_turn(turns[0], budget),)
         if left:
             cursor: str | None = self._views.set(
                 client_id, chat, hidden=left, page=view.page

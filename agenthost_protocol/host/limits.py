@@ -35,8 +35,11 @@ class HostLimits:
     counts too."""
     max_message_size: int = 16 * 1024 * 1024
     """The largest message the host sends (what its clients accept: the
-    library's own client takes 16 MiB by default).  An action whose envelope
-    would be larger is refused at dispatch; a result that would be larger is
+    library's own client takes 16 MiB by default).  Chat snapshots, replays
+    and pages of turns are cut to fit it (less 64 KiB for what wraps them),
+    and the fields that make a chat big are bounded at dispatch
+    (:mod:`~agenthost_protocol.host.bounds`).  An action whose envelope would
+    still be larger is refused at dispatch; a result that would be larger is
     answered with an error instead; nothing is ever half-sent."""
     inline_content_bytes: int = DEFAULT_INLINE_LIMIT
     """The largest tool-result block kept inline by :meth:`Host.by_reference`;

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
+from typing import Final
 
 from attrs import frozen
 
@@ -24,6 +25,7 @@ from ..channels import ChannelKind, channel_kind
 from ..versions import is_action_known_to_version, is_client_dispatchable
 
 __all__ = [
+    "MAX_QUEUED_MESSAGES",
     "ValidationContext",
     "check_chat",
     "check_chat_source",
@@ -33,6 +35,10 @@ __all__ = [
     "check_terminal",
     "validate",
 ]
+
+MAX_QUEUED_MESSAGES: Final = 64
+"""The most queued messages a client may add to a chat (each at most 64 KiB
+inline: :mod:`.bounds`); a steering message replaces the one there is."""
 
 _FAMILY: Mapping[ChannelKind, str] = MappingProxyType({
     ChannelKind.ROOT: "root/",
@@ -240,7 +246,14 @@ def check_chat(state: t.ChatState, action: t.StateAction, ctx: ValidationContext
     match action:
         case t.ChatTurnStartedAction(message=msg):
             return _user_message(msg)
-        case t.ChatPendingMessageSetAction(message=msg):
+        case t.ChatPendingMessageSetAction(kind=kind, id=message_id, message=msg):
+            queued = state.queued_messages or ()
+            if kind == t.PendingMessageKind.QUEUED and len(queued) >= MAX_QUEUED_MESSAGES and (
+                not any(m.id == message_id for m in queued)
+            ):
+                # they add up in the chat's state outside its turns, which a
+                # snapshot must carry whole (issue 29)
+                return f"the queue is full: at most {MAX_QUEUED_MESSAGES} queued messages"
             return _user_message(msg)
         case t.ChatDraftChangedAction(draft=draft):
             return _user_message(draft)

@@ -246,3 +246,44 @@ def test_the_docs_example_runs(tmp_path: Path) -> None:
                          check=False, timeout=TIMEOUT, env=child_env())
     assert ran.returncode == 0, ran.stderr
     assert re.fullmatch(r"serving ws://127\.0\.0\.1:\d+\n", ran.stdout)
+
+
+def test_the_server_removes_an_active_client_gone_past_its_grace_period() -> None:
+    """The core has no timer: HostServer runs ``expire_clients`` when it is due, so an
+    active client that dropped and stayed away leaves ``activeClients``."""
+    import time
+
+    from agenthost_protocol.aio import MemoryOpener, connected_client
+
+    def wall_clock_ms() -> int:
+        return int(time.time() * 1000)
+
+    session, chat = "ahp-session:/grace", "ahp-chat:/grace"
+
+    async def main() -> None:
+        host = Host(clock=wall_clock_ms, active_client_grace_ms=200,
+                    root=t.RootState(agents=(), active_sessions=0))
+        host.create_session(session, provider="demo")
+        host.ready_session(session, default_chat=chat)
+        server = HostServer(host)
+        opener = MemoryOpener(server)
+        async with connected_client(server) as watcher, \
+                connected_client(server, opener=opener, client_id="leaver") as leaver:
+            await watcher.initialize([session])
+            await leaver.initialize([session])
+            await leaver.dispatch(session, t.SessionActiveClientSetAction(
+                active_client=t.SessionActiveClient(client_id="leaver", tools=())))
+            await watcher.wait_for_state(
+                session, lambda s: isinstance(s, t.SessionState) and len(s.active_clients) == 1,
+                timeout=TIMEOUT)
+            for link in opener.links:
+                link.drop()
+            started = asyncio.get_running_loop().time()
+            await watcher.wait_for_state(
+                session, lambda s: isinstance(s, t.SessionState) and not s.active_clients,
+                timeout=TIMEOUT)
+            # the grace period, then at most the timer's floor of a second
+            assert asyncio.get_running_loop().time() - started < 5
+        await server.close()
+
+    run(main())

@@ -558,6 +558,7 @@ class HostServer:
         self._last_send = -math.inf
         self._flush_timer: asyncio.TimerHandle | None = None
         self._delivery_timer: asyncio.TimerHandle | None = None
+        self._expiry_timer: asyncio.TimerHandle | None = None
         self.limits = limits if limits is not None else ServerLimits()
         if limits is not None:
             # a host built with budgets of its own keeps them unless the server is given some
@@ -679,6 +680,7 @@ class HostServer:
         finally:
             self._flushing = False
         self._schedule_delivery()
+        self._schedule_expiry()
 
     def _schedule_delivery(self) -> None:
         """A timer for the deltas the host holds to merge (``delivery.maxLatencyMs``)."""
@@ -696,6 +698,31 @@ class HostServer:
                 return
             timer.cancel()
         self._delivery_timer = loop.call_at(when, self._deliver_later, due)
+
+    def _schedule_expiry(self) -> None:
+        """A timer for what the host's clock makes due (:meth:`Host.expire_clients`): an
+        active client gone past its grace period leaves ``activeClients``, remembered
+        clients past their age are forgotten.  The core has no timer of its own."""
+        due = self._host.next_deadline()
+        if due is None or self._closing:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        # at least a second apart: a deadline already past must not spin the loop
+        when = loop.time() + max(1.0, (due - self._host.now()) / 1000)
+        timer = self._expiry_timer
+        if timer is not None:
+            if timer.when() <= when:
+                return
+            timer.cancel()
+        self._expiry_timer = loop.call_at(when, self._expire_later)
+
+    def _expire_later(self) -> None:
+        self._expiry_timer = None
+        self._host.expire_clients()
+        self.flush()
 
     def _deliver_later(self, due: int) -> None:
         self._delivery_timer = None
@@ -905,10 +932,10 @@ class HostServer:
         (default: twice the close timeout) the remaining transports are aborted.
         """
         self._closing = True
-        for timer in (self._flush_timer, self._delivery_timer):
+        for timer in (self._flush_timer, self._delivery_timer, self._expiry_timer):
             if timer is not None:
                 timer.cancel()
-        self._flush_timer = self._delivery_timer = None
+        self._flush_timer = self._delivery_timer = self._expiry_timer = None
         if self._recheck is not None:
             self._recheck.cancel()
             self._recheck = None

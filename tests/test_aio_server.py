@@ -282,8 +282,8 @@ def test_the_server_removes_an_active_client_gone_past_its_grace_period() -> Non
             await watcher.wait_for_state(
                 session, lambda s: isinstance(s, t.SessionState) and not s.active_clients,
                 timeout=TIMEOUT)
-            # the grace period, then at most the timer's floor of a second
-            assert asyncio.get_running_loop().time() - started < 5
+            # the grace period, then at most one check interval (two seconds)
+            assert asyncio.get_running_loop().time() - started < 10
         await server.close()
 
     run(main())

@@ -231,6 +231,9 @@ depend on the connection builds each frame once for all of them.  The
 message is kept beside its frame: it stays alive, so its ``id`` is not
 reused while the cache lives."""
 
+EXPIRY_CHECK_INTERVAL: Final = 2.0
+"""The longest time in seconds between two looks at the host's deadlines
+(:meth:`~agenthost_protocol.host.Host.next_deadline`)."""
 DIRECT_WRITE_LIMIT: Final = 64 * 1024
 """The most bytes one connection is handed directly in one flush; more goes
 through its send queue, where the server's budgets count it."""
@@ -702,27 +705,31 @@ class HostServer:
     def _schedule_expiry(self) -> None:
         """A timer for what the host's clock makes due (:meth:`Host.expire_clients`): an
         active client gone past its grace period leaves ``activeClients``, remembered
-        clients past their age are forgotten.  The core has no timer of its own."""
-        due = self._host.next_deadline()
-        if due is None or self._closing:
+        clients past their age are forgotten.  The core has no timer of its own.
+
+        Armed once and then re-armed by itself, at most :data:`EXPIRY_CHECK_INTERVAL`
+        apart: finding the next deadline looks at every remembered client, too much
+        for every flush, and a deadline that comes nearer meanwhile (a client just
+        dropped) is seen at the next check."""
+        if self._expiry_timer is not None or self._closing:
             return
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return
-        # at least a second apart: a deadline already past must not spin the loop
-        when = loop.time() + max(1.0, (due - self._host.now()) / 1000)
-        timer = self._expiry_timer
-        if timer is not None:
-            if timer.when() <= when:
-                return
-            timer.cancel()
-        self._expiry_timer = loop.call_at(when, self._expire_later)
+        due = self._host.next_deadline()
+        if due is None:
+            return
+        # never at once: a deadline the host cannot clear must not spin the loop
+        delay = min(EXPIRY_CHECK_INTERVAL, max(0.1, (due - self._host.now()) / 1000))
+        self._expiry_timer = loop.call_later(delay, self._expire_later)
 
     def _expire_later(self) -> None:
         self._expiry_timer = None
-        self._host.expire_clients()
-        self.flush()
+        due = self._host.next_deadline()
+        if due is not None and due <= self._host.now():
+            self._host.expire_clients()
+        self.flush()  # which arms the next check
 
     def _deliver_later(self, due: int) -> None:
         self._delivery_timer = None

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -505,3 +506,80 @@ def test_the_token_is_taken_out_of_the_url(capsys: pytest.CaptureFixture[str]) -
                  "--timeout", "1"]) == 2
     first = capsys.readouterr().out.splitlines()[0]
     assert first.startswith("check-host creates sessions on ws://127.0.0.1:9/ ")
+
+
+# -- issue 29: bounded memory against a hostile host or file ----------------------------
+
+_MEASURED = """\
+import sys
+from agenthost_protocol.cli import main
+try:
+    code = main(sys.argv[1:])
+finally:
+    with open("/proc/self/status") as status:
+        peak = next(line for line in status if line.startswith("VmHWM:"))
+    print("peak " + peak.split()[1], file=sys.stderr, flush=True)
+sys.exit(code)
+"""
+
+
+def _measured(args: list[str], *, kill_above_mb: int, timeout: float = 120
+              ) -> tuple[int, str, str, float]:
+    """``agenthost-protocol ARGS`` in a process of its own: its exit status, output and
+    peak resident memory in MB (VmHWM, which it reports as it exits).  A process that
+    grows past ``kill_above_mb`` is killed (exit -9), so that the old behaviour fails the
+    test instead of the machine."""
+    proc = subprocess.Popen([sys.executable, "-c", _MEASURED, *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=child_env(),
+                            start_new_session=True)
+    out: dict[str, str] = {}
+    readers = [threading.Thread(target=lambda name=name, pipe=pipe: out.__setitem__(
+        name, pipe.read()), daemon=True) for name, pipe in (("out", proc.stdout),
+                                                            ("err", proc.stderr))]
+    for reader in readers:
+        reader.start()
+    seen = 0.0
+    deadline = time.monotonic() + timeout
+    try:
+        while proc.poll() is None:
+            with contextlib.suppress(OSError, StopIteration):
+                with open(f"/proc/{proc.pid}/status") as status:
+                    rss = next(line for line in status if line.startswith("VmRSS:"))
+                seen = max(seen, int(rss.split()[1]) / 1024)
+            if seen > kill_above_mb or time.monotonic() > deadline:
+                os.killpg(proc.pid, signal.SIGKILL)
+                break
+            time.sleep(0.02)
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+    for reader in readers:
+        reader.join(10)
+    err = out.get("err", "")
+    peaks = [line for line in err.splitlines() if line.startswith("peak ")]
+    peak = int(peaks[-1].split()[1]) / 1024 if peaks else seen
+    return proc.returncode, out.get("out", ""), err, max(peak, seen)
+
+
+def test_check_traffic_refuses_a_line_of_gigabytes_in_bounded_memory(tmp_path: Path) -> None:
+    size = 3 * 1024**3
+    if shutil.disk_usage(tmp_path).free < 2**30:
+        pytest.skip("no room for the file's first 64 MiB")
+    huge = tmp_path / "huge.jsonl"
+    with open(huge, "wb") as f:
+        f.write(b'{"from": "host", "t": 0, "message": {}}\n')
+        f.truncate(size)  # sparse: a second line of 3 GB of NULs, with no line end
+    try:
+        started = time.monotonic()
+        code, _, err, peak = _measured(["check-traffic", str(huge)], kill_above_mb=1000)
+        seconds = time.monotonic() - started
+    finally:
+        huge.unlink()
+    print(f"check-traffic on a 3 GB line: {peak:.0f} MB peak, {seconds:.1f} s")
+    assert code == 2, err
+    assert f"line 2: longer than {64 * 1024 * 1024} bytes" in err, err
+    assert peak < 400, peak
+    assert seconds < 60

@@ -21,7 +21,6 @@ import os
 import signal
 import threading
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from types import FrameType
 from typing import IO, TYPE_CHECKING
 
@@ -137,10 +136,17 @@ def program_lines(steps: Sequence[object], transcript: Transcript) -> Iterator[s
 
 
 def _read_lines(path: str, err: IO[str]) -> list[str] | None:
+    """The lines of a transcript file, each bounded (``None``: said on ``err``)."""
+    from ..hostcheck.transcript import read_lines  # noqa: PLC0415
+
     try:
-        return Path(path).read_text(encoding="utf-8").splitlines()
+        with open(path, "rb") as f:
+            return list(read_lines(f))
     except (OSError, UnicodeDecodeError) as e:
         print(f"agenthost-protocol: cannot read {path}: {e}", file=err)
+        return None
+    except TranscriptError as e:
+        print(f"agenthost-protocol: {path}: {e}", file=err)
         return None
 
 
@@ -347,13 +353,14 @@ def _check_host(args: argparse.Namespace, target: Target, program: list[dict[str
 
 def check_traffic_command(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
     """``agenthost-protocol check-traffic``."""
-    from ..hostcheck.transcript import Transcript  # noqa: PLC0415
+    from ..hostcheck.transcript import Transcript, read_lines  # noqa: PLC0415
     from ..hostcheck.verdict import check  # noqa: PLC0415
 
     try:
-        # read a line at a time: a capture can be large, and only its records are kept
-        with open(args.file, encoding="utf-8") as f:
-            transcript = Transcript.from_lines(f)
+        # read a line at a time, each bounded: a capture can be large, and one line
+        # of gigabytes is refused before it is read whole
+        with open(args.file, "rb") as f:
+            transcript = Transcript.from_lines(read_lines(f))
     except (OSError, UnicodeDecodeError) as e:
         print(f"agenthost-protocol: cannot read {args.file}: {e}", file=err)
         return 2

@@ -19,12 +19,17 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator
 from enum import Enum
+from typing import IO, Final
 
 from attrs import field, frozen
 
 from .._json import copy_json
 
-__all__ = ["Direction", "Record", "Transcript", "TranscriptError"]
+__all__ = ["MAX_LINE_BYTES", "Direction", "Record", "Transcript", "TranscriptError", "read_lines"]
+
+MAX_LINE_BYTES: Final = 64 * 1024 * 1024
+"""64 MiB: the longest line a transcript may have.  A capture file is at most that
+long (``serve --capture``), and a message is at most 16 MiB."""
 
 
 class Direction(str, Enum):
@@ -41,6 +46,22 @@ class TranscriptError(ValueError):
         super().__init__(f"line {line}: {reason}")
         self.line = line
         self.reason = reason
+
+
+def read_lines(stream: IO[bytes], *, limit: int = MAX_LINE_BYTES) -> Iterator[str]:
+    """The lines of a UTF-8 ``stream``, without their line ends, each read on its own.
+
+    No line is read whole past ``limit`` bytes: a longer one raises
+    :class:`TranscriptError` with its number once ``limit + 1`` bytes of it are
+    read, so a file of one line of gigabytes costs ``limit`` bytes of memory and
+    the time to read them.  Text that is not UTF-8 raises ``UnicodeDecodeError``."""
+    number = 0
+    while line := stream.readline(limit + 1):
+        number += 1
+        if len(line) > limit and not (len(line) == limit + 1 and line.endswith(b"\n")):
+            raise TranscriptError(number, f"longer than {limit} bytes (the most a line of a "
+                                  "transcript may be): not read")
+        yield line.decode("utf-8").rstrip("\r\n")
 
 
 @frozen(kw_only=True)

@@ -583,3 +583,62 @@ def test_check_traffic_refuses_a_line_of_gigabytes_in_bounded_memory(tmp_path: P
     assert f"line 2: longer than {64 * 1024 * 1024} bytes" in err, err
     assert peak < 400, peak
     assert seconds < 60
+
+
+class _Flooding:
+    """A host that answers ``initialize`` (every other request with null), then sends
+    3 MB notifications of ``[{},{},...]`` as fast as the connection takes them."""
+
+    NOTIFICATION = json.dumps({"jsonrpc": "2.0", "method": "checkHost/flood", "params": {
+        "items": [{}] * (1_000_000 - 20)}}, separators=(",", ":"))
+
+    def __enter__(self) -> _Flooding:
+        from websockets.sync.server import serve
+
+        def flood(socket: Any) -> None:
+            with contextlib.suppress(Exception):  # until the checker goes
+                while True:
+                    socket.send(self.NOTIFICATION)
+
+        def handle(socket: Any) -> None:
+            with contextlib.suppress(Exception):
+                for data in socket:
+                    request = json.loads(data)
+                    if "id" not in request:
+                        continue
+                    result = None
+                    if request.get("method") == "initialize":
+                        result = {"protocolVersion": "0.7.0", "serverSeq": 0, "snapshots": []}
+                        threading.Thread(target=flood, args=(socket,), daemon=True).start()
+                    socket.send(json.dumps({"jsonrpc": "2.0", "id": request["id"],
+                                            "result": result}))
+
+        self.server = serve(handle, "127.0.0.1", 0, max_size=None)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        self.url = f"ws://127.0.0.1:{self.server.socket.getsockname()[1]}"
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.server.shutdown()
+        self.thread.join(10)
+
+
+@pytest.mark.parametrize("budget_mib", [None, 32])
+def test_a_flooding_host_ends_the_run_within_its_byte_budget(budget_mib: int | None) -> None:
+    # the default budget (128 MiB), and one given with --max-traffic
+    budget = budget_mib or 128
+    flag = ["--max-traffic", str(budget_mib)] if budget_mib else []
+    with _Flooding() as host:
+        started = time.monotonic()
+        code, out, err, peak = _measured(
+            ["check-host", host.url, "--examples", "3", "--seed", "0", *flag],
+            kill_above_mb=budget + 1000, timeout=60)
+        seconds = time.monotonic() - started
+    print(f"check-host against a flooding host, budget {budget} MiB: {peak:.0f} MB peak, "
+          f"{seconds:.1f} s")
+    assert code == 2, (code, out, err)
+    assert ("the host sent more than check-host holds at once: "
+            f"{budget * 1024 * 1024} bytes of messages") in err, err
+    assert "Traceback" not in err
+    assert peak < budget + 200, peak

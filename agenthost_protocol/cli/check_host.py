@@ -87,6 +87,9 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
                       help="seconds to wait for an answer (default 5)")
     host.add_argument("--shrink-time", type=_seconds, default=60.0,
                       help="seconds to spend shrinking a failing example (default 60)")
+    host.add_argument("--max-traffic", metavar="MIB", type=_positive, default=128,
+                      help="the most MiB of messages one example records (default 128): a "
+                      "host that sends more ends the run (exit 2)")
     host.add_argument("--report", metavar="FILE", help="also write the results and the "
                       "failing transcript to FILE (JSON Lines)")
     host.add_argument("--replay", metavar="FILE", help="run the program of a transcript "
@@ -316,7 +319,8 @@ def _check_host(args: argparse.Namespace, target: Target, program: list[dict[str
     outcome: Outcome
     if program is not None:
         try:
-            outcome = replay(target, program, timeout=args.timeout, cleanup=cleanup)
+            outcome = replay(target, program, timeout=args.timeout, cleanup=cleanup,
+                             budget=args.max_traffic * 1024 * 1024)
         except (ConnectionError, OSError, TrafficLimit) as e:
             print(f"agenthost-protocol check-host: {e}", file=err)
             _undisposed(cleanup, out)
@@ -324,7 +328,8 @@ def _check_host(args: argparse.Namespace, target: Target, program: list[dict[str
     else:
         outcome = check_host(target, examples=args.examples, steps=args.steps,
                              seed=args.seed, timeout=args.timeout,
-                             shrink_budget=args.shrink_time, cleanup=cleanup)
+                             shrink_budget=args.shrink_time, cleanup=cleanup,
+                             budget=args.max_traffic * 1024 * 1024)
         if outcome.error is not None and not outcome.failed:
             print(f"agenthost-protocol check-host: {outcome.error}", file=err)
             _undisposed(cleanup, out)

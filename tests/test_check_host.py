@@ -642,3 +642,64 @@ def test_a_flooding_host_ends_the_run_within_its_byte_budget(budget_mib: int | N
             f"{budget * 1024 * 1024} bytes of messages") in err, err
     assert "Traceback" not in err
     assert peak < budget + 200, peak
+
+
+_CONTROLS = "\x9b\x85\u202e\u2066\u2069\u200e\u200f\u061c\x7f"
+"""C1, bidi and DEL: what JSON does not escape and a terminal may act on."""
+
+_STYLING_HOST = f"""\
+import json, sys
+for line in sys.stdin:
+    request = json.loads(line)
+    if "id" not in request:
+        continue
+    result = None
+    if request.get("method") == "initialize":
+        result = {{"protocolVersion": "0.7.0", "serverSeq": 0, "snapshots": []}}
+    print(json.dumps({{"jsonrpc": "2.0", "id": request["id"], "result": result}}), flush=True)
+    if request.get("method") == "initialize":
+        # a notification no version has (version-filter fails), styled
+        print(json.dumps({{"jsonrpc": "2.0", "method": "x{_CONTROLS}y",
+                          "params": {{"text": "a{_CONTROLS}b"}}}}), flush=True)
+"""
+
+
+def _controls_in(text: str) -> list[str]:
+    return sorted({c for c in text if c in _CONTROLS or "\x80" <= c <= "\x9f"})
+
+
+def test_check_host_prints_a_hosts_controls_escaped(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    from agenthost_protocol.cli.check_host import _lines
+    from agenthost_protocol.hostcheck import Violation
+
+    host = tmp_path / "styling.py"
+    host.write_text(_STYLING_HOST)
+    command = f"{sys.executable} {host}"
+    report = tmp_path / "report.jsonl"
+    code = main(["check-host", "--stdio", command, "--examples", "1", "--steps", "2", "--seed",
+                 "0", "--shrink-time", "2", "--report", str(report)])
+    out, err = capsys.readouterr()
+    assert code == 1, out + err
+    assert "FAIL version-filter" in out
+    assert _controls_in(out + err) == []
+    # the transcript printed is JSON with \uXXXX escapes: the host's text comes back
+    printed = [line for line in out.splitlines() if line.startswith("{")]
+    messages = [json.loads(line).get("message") for line in printed]
+    assert {"jsonrpc": "2.0", "method": f"x{_CONTROLS}y",
+            "params": {"text": f"a{_CONTROLS}b"}} in messages
+    assert "\\u202e" in out
+    # which --replay runs again, and check-traffic reads as the --report file
+    again = tmp_path / "printed.jsonl"
+    again.write_text("\n".join(printed) + "\n", encoding="utf-8")
+    assert main(["check-host", "--stdio", command, "--replay", str(again)]) == 1
+    assert main(["check-traffic", str(again)]) == 1
+    out, err = capsys.readouterr()
+    assert _controls_in(out + err) == []
+    # the --report file may stay UTF-8
+    assert f"x{_CONTROLS}y" in report.read_text(encoding="utf-8")
+    # a violation's text (a host's channel name, say) is escaped where it is printed
+    shown = "\n".join(_lines({"state-agrees": (Violation(
+        prop="state-agrees", index=3, message=f"ahp-chat:/{_CONTROLS} at serverSeq 2"),)}))
+    assert _controls_in(shown) == []
+    assert "ahp-chat:/\\x9b\\x85\\u202e" in shown

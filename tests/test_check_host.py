@@ -703,3 +703,21 @@ def test_check_host_prints_a_hosts_controls_escaped(tmp_path: Path,
         prop="state-agrees", index=3, message=f"ahp-chat:/{_CONTROLS} at serverSeq 2"),)}))
     assert _controls_in(shown) == []
     assert "ahp-chat:/\\x9b\\x85\\u202e" in shown
+
+
+def test_a_check_host_process_takes_its_token_from_ahp_token(served: str) -> None:
+    # issue 29: the token need not be on the command line, which every local user reads
+    bare, token = served.split("?token=", maxsplit=1)
+    env = {**child_env(), "AHP_TOKEN": token}
+    proc = _check_host_process(bare, "--examples", "1", "--steps", "4", "--seed", "0",
+                               env=env)
+    cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes()
+    stdout, stderr = _reap(proc)
+    assert proc.returncode == 0, stdout + stderr
+    assert "12 passed, 0 failed" in stdout
+    assert token.encode() not in cmdline
+    # and a wrong one is refused with its cause named
+    proc = _check_host_process(bare, "--examples", "1", env={**env, "AHP_TOKEN": "wrong"})
+    stdout, stderr = _reap(proc)
+    assert proc.returncode == 2
+    assert "the host refused the access token (HTTP 401)" in stderr, stderr

@@ -298,7 +298,7 @@ def _check_host(target: Target, *, examples: int, steps: int, seed: int | None,
 Found = tuple[list[Step], Transcript, dict[str, tuple[Violation, ...]]]
 
 
-def _fails(target: Target, program: list[Step], props: set[str], timeout: float,
+def _fails(target: Target, program: list[Step], props: set[str], *, timeout: float,
            cleanup: Cleanup | None, traffic: int | Budget) -> Found | None:
     transcript = run_program(target, program, timeout=timeout, cleanup=cleanup, budget=traffic)
     found = check(transcript)
@@ -344,8 +344,8 @@ def shrink(target: Target, program: list[Step], props: set[str], *, timeout: flo
             if time.monotonic() > ends:
                 return best
             candidate = steps[:start] + steps[start + chunk:]
-            smaller = _fails(target, candidate, props, timeout, cleanup, traffic) \
-                if candidate else None
+            smaller = _fails(target, candidate, props, timeout=timeout, cleanup=cleanup,
+                             traffic=traffic) if candidate else None
             if smaller is not None:
                 best, steps = smaller, candidate
             else:

@@ -106,6 +106,10 @@ def _parsed(message: object) -> object:
     return message.parse() if isinstance(message, Raw) else message
 
 
+def _shown(message: object) -> str:
+    return repr(_parsed(message))
+
+
 def brief(message: object) -> dict[str, object] | None:
     """What the checks read of a host's ``message`` (parsed JSON), when that is less
     than all of it: for a notification other than ``action``, its ``jsonrpc``,
@@ -126,7 +130,7 @@ class Record:
     """One message of a transcript."""
 
     sender: Direction
-    _message: object = field(alias="message", converter=_keep, eq=_parsed, repr=_parsed)
+    _message: object = field(alias="message", converter=_keep, eq=_parsed, repr=_shown)
     time: float = 0.0
     """Epoch ms when it was sent or received (informative)."""
     conn: int = 0

@@ -660,7 +660,7 @@ for line in sys.stdin:
     if request.get("method") == "initialize":
         # a notification no version has (version-filter fails), styled
         print(json.dumps({{"jsonrpc": "2.0", "method": "x{_CONTROLS}y",
-                          "params": {{"text": "a{_CONTROLS}b"}}}}), flush=True)
+                          "params": {{"text": "a{_CONTROLS}b\\ud800"}}}}), flush=True)
 """
 
 
@@ -686,8 +686,9 @@ def test_check_host_prints_a_hosts_controls_escaped(tmp_path: Path,
     # the transcript printed is JSON with \uXXXX escapes: the host's text comes back
     printed = [line for line in out.splitlines() if line.startswith("{")]
     messages = [json.loads(line).get("message") for line in printed]
+    # a lone surrogate too: JSON can carry it, UTF-8 cannot
     assert {"jsonrpc": "2.0", "method": f"x{_CONTROLS}y",
-            "params": {"text": f"a{_CONTROLS}b"}} in messages
+            "params": {"text": f"a{_CONTROLS}b\ud800"}} in messages
     assert "\\u202e" in out
     # which --replay runs again, and check-traffic reads as the --report file
     again = tmp_path / "printed.jsonl"
@@ -698,6 +699,7 @@ def test_check_host_prints_a_hosts_controls_escaped(tmp_path: Path,
     assert _controls_in(out + err) == []
     # the --report file may stay UTF-8
     assert f"x{_CONTROLS}y" in report.read_text(encoding="utf-8")
+    assert main(["check-traffic", str(report)]) == 1
     # a violation's text (a host's channel name, say) is escaped where it is printed
     shown = "\n".join(_lines({"state-agrees": (Violation(
         prop="state-agrees", index=3, message=f"ahp-chat:/{_CONTROLS} at serverSeq 2"),)}))

@@ -24,6 +24,7 @@ from collections.abc import Iterator, Sequence
 from types import FrameType
 from typing import IO, TYPE_CHECKING
 
+from .._json import lone_surrogate_at
 from ..hostcheck.transcript import TranscriptError
 from .terminal import safe_json, safe_text
 
@@ -46,8 +47,11 @@ TOKEN_ENV = "AHP_TOKEN"
 def _say(text: str, *, file: IO[str], flush: bool = False) -> None:
     """``print``, with the controls a host (or a file) may have put in ``text`` escaped
     (:func:`~agenthost_protocol.cli.terminal.safe_text`): violations, the host's error
-    texts, paths."""
-    print(safe_text(text), file=file, flush=flush)
+    texts, paths.  A lone surrogate, which no encoding writes, is shown as ``\\udXXX``."""
+    text = safe_text(text)
+    if lone_surrogate_at(text) >= 0:
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    print(text, file=file, flush=flush)
 
 
 def _positive(text: str) -> int:
@@ -163,7 +167,9 @@ def _read_lines(path: str, err: IO[str]) -> list[str] | None:
 
 def _write(path: str, lines: Iterator[str], err: IO[str]) -> bool:
     try:
-        with open(path, "w", encoding="utf-8") as f:
+        # a lone surrogate (a host's "\ud800") can only be in a JSON string, where
+        # backslashreplace writes it as the same JSON escape
+        with open(path, "w", encoding="utf-8", errors="backslashreplace") as f:
             f.writelines(line + "\n" for line in lines)
     except OSError as e:
         _say(f"agenthost-protocol: cannot write {path}: {e}", file=err)

@@ -723,3 +723,16 @@ def test_a_check_host_process_takes_its_token_from_ahp_token(served: str) -> Non
     stdout, stderr = _reap(proc)
     assert proc.returncode == 2
     assert "the host refused the access token (HTTP 401)" in stderr, stderr
+
+
+def test_the_byte_budget_is_what_is_held_not_what_was_sent(served: str) -> None:
+    # an example's messages go back to the budget once it is checked: a budget of a
+    # few examples' worth lasts a run of many
+    from agenthost_protocol.hostcheck.driver import Budget
+
+    budget = Budget(400_000)
+    outcome = check_host(WebSocketTarget(url=served), examples=20, seed=1, budget=budget)
+    assert outcome.error is None, outcome.error
+    assert outcome.failed == []
+    assert outcome.examples >= 20
+    assert budget.held == 0

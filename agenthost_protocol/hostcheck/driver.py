@@ -266,6 +266,16 @@ class Recorder:
         with self._changed:
             return list(self.records)
 
+    def forget(self) -> None:
+        """Let go of every message recorded (a transcript made of them keeps them):
+        their bytes go back to the budget once nothing else holds them, even while
+        the recorder lives on in a cycle that only a collection frees."""
+        with self._changed:
+            self.records = []
+            self.answered = {}
+            # the old count lives on in the messages kept, and goes with the last
+            self._held = _Held(self.budget)
+
 
 def _parse(text: str | bytes) -> object:
     return Raw(text).parse()
@@ -889,7 +899,9 @@ class Driver:
                 self._request(self.witness, "ping", {})
         finally:
             self.close()
-        return Transcript(records=self.recorder.snapshot())
+        transcript = Transcript(records=self.recorder.snapshot())
+        self.recorder.forget()
+        return transcript
 
     def _observe(self, version: str) -> None:
         opened = self._open()

@@ -216,6 +216,7 @@ def _machine(target: Target, runs: _Runs, timeout: float, cleanup: Cleanup, budg
             # an interrupt between two steps ends the example as a failed step does
             if self.aborted or isinstance(sys.exc_info()[1], KeyboardInterrupt):
                 self.driver.close()
+                self.driver.recorder.forget()
                 return
             transcript = self.driver.finish()
             # recorded and closed: the disposal is no part of what is checked
@@ -232,7 +233,8 @@ def _machine(target: Target, runs: _Runs, timeout: float, cleanup: Cleanup, budg
 
 def check_host(target: Target, *, examples: int = 100, steps: int = 30, seed: int | None = None,
                timeout: float = 5.0, shrink_budget: float = 60.0,
-               cleanup: Cleanup | None = None, budget: int = MAX_RECORDED_BYTES) -> Outcome:
+               cleanup: Cleanup | None = None, budget: int | Budget = MAX_RECORDED_BYTES
+               ) -> Outcome:
     """Run the state machine against ``target``; the smallest failing example, if any.
 
     Every session the run creates is disposed of: after each example (and each
@@ -242,7 +244,8 @@ def check_host(target: Target, *, examples: int = 100, steps: int = 30, seed: in
 
     The host's messages the run holds at once (the example running, and the
     failing one it keeps while shrinking) are at most ``budget`` bytes: a host
-    that sends more ends the run with an :attr:`Outcome.error` that says so."""
+    that sends more ends the run with an :attr:`Outcome.error` that says so.  A
+    :class:`~agenthost_protocol.hostcheck.driver.Budget` may be shared with others."""
     cleanup = cleanup if cleanup is not None else Cleanup(target, timeout=timeout)
     try:
         outcome = _check_host(target, examples=examples, steps=steps, seed=seed,
@@ -254,9 +257,10 @@ def check_host(target: Target, *, examples: int = 100, steps: int = 30, seed: in
 
 
 def _check_host(target: Target, *, examples: int, steps: int, seed: int | None,
-                timeout: float, shrink_budget: float, cleanup: Cleanup, budget: int) -> Outcome:
+                timeout: float, shrink_budget: float, cleanup: Cleanup, budget: int | Budget
+                ) -> Outcome:
     runs = _Runs()
-    traffic = Budget(budget)
+    traffic = budget if isinstance(budget, Budget) else Budget(budget)
     machine = _machine(target, runs, timeout, cleanup, traffic)
     test = get_state_machine_test(machine, settings=settings(
         max_examples=examples, stateful_step_count=steps, deadline=None, database=None,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -505,3 +506,233 @@ def test_the_token_is_taken_out_of_the_url(capsys: pytest.CaptureFixture[str]) -
                  "--timeout", "1"]) == 2
     first = capsys.readouterr().out.splitlines()[0]
     assert first.startswith("check-host creates sessions on ws://127.0.0.1:9/ ")
+
+
+# -- issue 29: bounded memory against a hostile host or file ----------------------------
+
+_MEASURED = """\
+import sys
+from agenthost_protocol.cli import main
+try:
+    code = main(sys.argv[1:])
+finally:
+    with open("/proc/self/status") as status:
+        peak = next(line for line in status if line.startswith("VmHWM:"))
+    print("peak " + peak.split()[1], file=sys.stderr, flush=True)
+sys.exit(code)
+"""
+
+
+def _measured(args: list[str], *, kill_above_mb: int, timeout: float = 120
+              ) -> tuple[int, str, str, float]:
+    """``agenthost-protocol ARGS`` in a process of its own: its exit status, output and
+    peak resident memory in MB (VmHWM, which it reports as it exits).  A process that
+    grows past ``kill_above_mb`` is killed (exit -9), so that the old behaviour fails the
+    test instead of the machine."""
+    proc = subprocess.Popen([sys.executable, "-c", _MEASURED, *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=child_env(),
+                            start_new_session=True)
+    out: dict[str, str] = {}
+    readers = [threading.Thread(target=lambda name=name, pipe=pipe: out.__setitem__(
+        name, pipe.read()), daemon=True) for name, pipe in (("out", proc.stdout),
+                                                            ("err", proc.stderr))]
+    for reader in readers:
+        reader.start()
+    seen = 0.0
+    deadline = time.monotonic() + timeout
+    try:
+        while proc.poll() is None:
+            with contextlib.suppress(OSError, StopIteration):
+                with open(f"/proc/{proc.pid}/status") as status:
+                    rss = next(line for line in status if line.startswith("VmRSS:"))
+                seen = max(seen, int(rss.split()[1]) / 1024)
+            if seen > kill_above_mb or time.monotonic() > deadline:
+                os.killpg(proc.pid, signal.SIGKILL)
+                break
+            time.sleep(0.02)
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+    for reader in readers:
+        reader.join(10)
+    err = out.get("err", "")
+    peaks = [line for line in err.splitlines() if line.startswith("peak ")]
+    peak = int(peaks[-1].split()[1]) / 1024 if peaks else seen
+    return proc.returncode, out.get("out", ""), err, max(peak, seen)
+
+
+def test_check_traffic_refuses_a_line_of_gigabytes_in_bounded_memory(tmp_path: Path) -> None:
+    size = 3 * 1024**3
+    if shutil.disk_usage(tmp_path).free < 2**30:
+        pytest.skip("no room for the file's first 64 MiB")
+    huge = tmp_path / "huge.jsonl"
+    with open(huge, "wb") as f:
+        f.write(b'{"from": "host", "t": 0, "message": {}}\n')
+        f.truncate(size)  # sparse: a second line of 3 GB of NULs, with no line end
+    try:
+        started = time.monotonic()
+        code, _, err, peak = _measured(["check-traffic", str(huge)], kill_above_mb=1000)
+        seconds = time.monotonic() - started
+    finally:
+        huge.unlink()
+    print(f"check-traffic on a 3 GB line: {peak:.0f} MB peak, {seconds:.1f} s")
+    assert code == 2, err
+    assert f"line 2: longer than {64 * 1024 * 1024} bytes" in err, err
+    assert peak < 400, peak
+    assert seconds < 60
+
+
+class _Flooding:
+    """A host that answers ``initialize`` (every other request with null), then sends
+    3 MB notifications of ``[{},{},...]`` as fast as the connection takes them."""
+
+    NOTIFICATION = json.dumps({"jsonrpc": "2.0", "method": "checkHost/flood", "params": {
+        "items": [{}] * (1_000_000 - 20)}}, separators=(",", ":"))
+
+    def __enter__(self) -> _Flooding:
+        from websockets.sync.server import serve
+
+        def flood(socket: Any) -> None:
+            with contextlib.suppress(Exception):  # until the checker goes
+                while True:
+                    socket.send(self.NOTIFICATION)
+
+        def handle(socket: Any) -> None:
+            with contextlib.suppress(Exception):
+                for data in socket:
+                    request = json.loads(data)
+                    if "id" not in request:
+                        continue
+                    result = None
+                    if request.get("method") == "initialize":
+                        result = {"protocolVersion": "0.7.0", "serverSeq": 0, "snapshots": []}
+                        threading.Thread(target=flood, args=(socket,), daemon=True).start()
+                    socket.send(json.dumps({"jsonrpc": "2.0", "id": request["id"],
+                                            "result": result}))
+
+        self.server = serve(handle, "127.0.0.1", 0, max_size=None)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        self.url = f"ws://127.0.0.1:{self.server.socket.getsockname()[1]}"
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.server.shutdown()
+        self.thread.join(10)
+
+
+@pytest.mark.parametrize("budget_mib", [None, 32])
+def test_a_flooding_host_ends_the_run_within_its_byte_budget(budget_mib: int | None) -> None:
+    # the default budget (128 MiB), and one given with --max-traffic
+    budget = budget_mib or 128
+    flag = ["--max-traffic", str(budget_mib)] if budget_mib else []
+    with _Flooding() as host:
+        started = time.monotonic()
+        code, out, err, peak = _measured(
+            ["check-host", host.url, "--examples", "3", "--seed", "0", *flag],
+            kill_above_mb=budget + 1000, timeout=60)
+        seconds = time.monotonic() - started
+    print(f"check-host against a flooding host, budget {budget} MiB: {peak:.0f} MB peak, "
+          f"{seconds:.1f} s")
+    assert code == 2, (code, out, err)
+    assert ("the host sent more than check-host holds at once: "
+            f"{budget * 1024 * 1024} bytes of messages") in err, err
+    assert "Traceback" not in err
+    assert peak < budget + 200, peak
+
+
+_CONTROLS = "\x9b\x85\u202e\u2066\u2069\u200e\u200f\u061c\x7f"
+"""C1, bidi and DEL: what JSON does not escape and a terminal may act on."""
+
+_STYLING_HOST = f"""\
+import json, sys
+for line in sys.stdin:
+    request = json.loads(line)
+    if "id" not in request:
+        continue
+    result = None
+    if request.get("method") == "initialize":
+        result = {{"protocolVersion": "0.7.0", "serverSeq": 0, "snapshots": []}}
+    print(json.dumps({{"jsonrpc": "2.0", "id": request["id"], "result": result}}), flush=True)
+    if request.get("method") == "initialize":
+        # a notification no version has (version-filter fails), styled
+        print(json.dumps({{"jsonrpc": "2.0", "method": "x{_CONTROLS}y",
+                          "params": {{"text": "a{_CONTROLS}b\\ud800"}}}}), flush=True)
+"""
+
+
+def _controls_in(text: str) -> list[str]:
+    return sorted({c for c in text if c in _CONTROLS or "\x80" <= c <= "\x9f"})
+
+
+def test_check_host_prints_a_hosts_controls_escaped(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    from agenthost_protocol.cli.check_host import _lines
+    from agenthost_protocol.hostcheck import Violation
+
+    host = tmp_path / "styling.py"
+    host.write_text(_STYLING_HOST)
+    command = f"{sys.executable} {host}"
+    report = tmp_path / "report.jsonl"
+    code = main(["check-host", "--stdio", command, "--examples", "1", "--steps", "2", "--seed",
+                 "0", "--shrink-time", "2", "--report", str(report)])
+    out, err = capsys.readouterr()
+    assert code == 1, out + err
+    assert "FAIL version-filter" in out
+    assert _controls_in(out + err) == []
+    # the transcript printed is JSON with \uXXXX escapes: the host's text comes back
+    printed = [line for line in out.splitlines() if line.startswith("{")]
+    messages = [json.loads(line).get("message") for line in printed]
+    # a lone surrogate too: JSON can carry it, UTF-8 cannot
+    assert {"jsonrpc": "2.0", "method": f"x{_CONTROLS}y",
+            "params": {"text": f"a{_CONTROLS}b\ud800"}} in messages
+    assert "\\u202e" in out
+    # which --replay runs again, and check-traffic reads as the --report file
+    again = tmp_path / "printed.jsonl"
+    again.write_text("\n".join(printed) + "\n", encoding="utf-8")
+    assert main(["check-host", "--stdio", command, "--replay", str(again)]) == 1
+    assert main(["check-traffic", str(again)]) == 1
+    out, err = capsys.readouterr()
+    assert _controls_in(out + err) == []
+    # the --report file may stay UTF-8
+    assert f"x{_CONTROLS}y" in report.read_text(encoding="utf-8")
+    assert main(["check-traffic", str(report)]) == 1
+    # a violation's text (a host's channel name, say) is escaped where it is printed
+    shown = "\n".join(_lines({"state-agrees": (Violation(
+        prop="state-agrees", index=3, message=f"ahp-chat:/{_CONTROLS} at serverSeq 2"),)}))
+    assert _controls_in(shown) == []
+    assert "ahp-chat:/\\x9b\\x85\\u202e" in shown
+
+
+def test_a_check_host_process_takes_its_token_from_ahp_token(served: str) -> None:
+    # issue 29: the token need not be on the command line, which every local user reads
+    bare, token = served.split("?token=", maxsplit=1)
+    env = {**child_env(), "AHP_TOKEN": token}
+    proc = _check_host_process(bare, "--examples", "1", "--steps", "4", "--seed", "0",
+                               env=env)
+    cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes()
+    stdout, stderr = _reap(proc)
+    assert proc.returncode == 0, stdout + stderr
+    assert "12 passed, 0 failed" in stdout
+    assert token.encode() not in cmdline
+    # and a wrong one is refused with its cause named
+    proc = _check_host_process(bare, "--examples", "1", env={**env, "AHP_TOKEN": "wrong"})
+    stdout, stderr = _reap(proc)
+    assert proc.returncode == 2
+    assert "the host refused the access token (HTTP 401)" in stderr, stderr
+
+
+def test_the_byte_budget_is_what_is_held_not_what_was_sent(served: str) -> None:
+    # an example's messages go back to the budget once it is checked: a budget of a
+    # few examples' worth lasts a run of many
+    from agenthost_protocol.hostcheck.driver import Budget
+
+    budget = Budget(400_000)
+    outcome = check_host(WebSocketTarget(url=served), examples=20, seed=1, budget=budget)
+    assert outcome.error is None, outcome.error
+    assert outcome.failed == []
+    assert outcome.examples >= 20
+    assert budget.held == 0

@@ -21,11 +21,12 @@ import os
 import signal
 import threading
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from types import FrameType
 from typing import IO, TYPE_CHECKING
 
+from .._json import lone_surrogate_at
 from ..hostcheck.transcript import TranscriptError
+from .terminal import safe_json, safe_text
 
 if TYPE_CHECKING:
     from ..hostcheck.driver import Cleanup, Target
@@ -41,6 +42,16 @@ _SHOWN = 3
 """Violations printed a property (all of them go to --report)."""
 EXIT_INTERRUPTED = 130
 TOKEN_ENV = "AHP_TOKEN"
+
+
+def _say(text: str, *, file: IO[str], flush: bool = False) -> None:
+    """``print``, with the controls a host (or a file) may have put in ``text`` escaped
+    (:func:`~agenthost_protocol.cli.terminal.safe_text`): violations, the host's error
+    texts, paths.  A lone surrogate, which no encoding writes, is shown as ``\\udXXX``."""
+    text = safe_text(text)
+    if lone_surrogate_at(text) >= 0:
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    print(text, file=file, flush=flush)
 
 
 def _positive(text: str) -> int:
@@ -88,6 +99,9 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
                       help="seconds to wait for an answer (default 5)")
     host.add_argument("--shrink-time", type=_seconds, default=60.0,
                       help="seconds to spend shrinking a failing example (default 60)")
+    host.add_argument("--max-traffic", metavar="MIB", type=_positive, default=128,
+                      help="the most MiB of messages one example records (default 128): a "
+                      "host that sends more ends the run (exit 2)")
     host.add_argument("--report", metavar="FILE", help="also write the results and the "
                       "failing transcript to FILE (JSON Lines)")
     host.add_argument("--replay", metavar="FILE", help="run the program of a transcript "
@@ -110,7 +124,7 @@ def _lines(found: dict[str, tuple[Violation, ...]]) -> Iterator[str]:
             continue
         yield f"FAIL {prop.name} (AHP spec, {prop.section}): {len(violations)} violation(s)"
         for violation in violations[:_SHOWN]:
-            yield f"     message {violation.index}: {violation.message}"
+            yield f"     message {violation.index}: {safe_text(violation.message)}"
 
 
 def _summary(found: dict[str, tuple[Violation, ...]]) -> tuple[int, int]:
@@ -137,19 +151,28 @@ def program_lines(steps: Sequence[object], transcript: Transcript) -> Iterator[s
 
 
 def _read_lines(path: str, err: IO[str]) -> list[str] | None:
+    """The lines of a transcript file, each bounded (``None``: said on ``err``)."""
+    from ..hostcheck.transcript import read_lines  # noqa: PLC0415
+
     try:
-        return Path(path).read_text(encoding="utf-8").splitlines()
+        with open(path, "rb") as f:
+            return list(read_lines(f))
     except (OSError, UnicodeDecodeError) as e:
-        print(f"agenthost-protocol: cannot read {path}: {e}", file=err)
+        _say(f"agenthost-protocol: cannot read {path}: {e}", file=err)
+        return None
+    except TranscriptError as e:
+        _say(f"agenthost-protocol: {path}: {e}", file=err)
         return None
 
 
 def _write(path: str, lines: Iterator[str], err: IO[str]) -> bool:
     try:
-        with open(path, "w", encoding="utf-8") as f:
+        # a lone surrogate (a host's "\ud800") can only be in a JSON string, where
+        # backslashreplace writes it as the same JSON escape
+        with open(path, "w", encoding="utf-8", errors="backslashreplace") as f:
             f.writelines(line + "\n" for line in lines)
     except OSError as e:
-        print(f"agenthost-protocol: cannot write {path}: {e}", file=err)
+        _say(f"agenthost-protocol: cannot write {path}: {e}", file=err)
         return False
     return True
 
@@ -232,12 +255,12 @@ def _undisposed(cleanup: Cleanup, out: IO[str]) -> None:
     """Say which sessions the run created and could not dispose of."""
     if not cleanup.pending:
         return
-    print(f"check-host could not dispose of {len(cleanup.pending)} of the "
+    _say(f"check-host could not dispose of {len(cleanup.pending)} of the "
           f"{cleanup.created} session(s) it created (the host went away, or would not):",
           file=out)
     for session in cleanup.pending:
         why = cleanup.refused.get(session)
-        print(f"  {session}" + (f" (refused: {why})" if why else ""), file=out)
+        _say(f"  {session}" + (f" (refused: {why})" if why else ""), file=out)
 
 
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:
@@ -247,11 +270,11 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
 def check_host_command(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
     """``agenthost-protocol check-host``."""
     if (args.url is None) == (args.stdio is None):
-        print("agenthost-protocol check-host: give a URL or --stdio CMD (one of them)",
+        _say("agenthost-protocol check-host: give a URL or --stdio CMD (one of them)",
               file=err)
         return 2
     if args.stdio is not None and (args.token is not None or args.token_file is not None):
-        print("agenthost-protocol check-host: --token and --token-file are for a URL (a "
+        _say("agenthost-protocol check-host: --token and --token-file are for a URL (a "
               "--stdio host is not asked for one)", file=err)
         return 2
     try:
@@ -260,7 +283,7 @@ def check_host_command(args: argparse.Namespace, out: IO[str], err: IO[str]) -> 
             import websockets  # noqa: F401, PLC0415 (say now that the extra is missing)
         from ..hostcheck.machine import check_host  # noqa: PLC0415, F401 (hypothesis)
     except ImportError as e:
-        print(f"agenthost-protocol check-host: {e.name} is missing: pip install "
+        _say(f"agenthost-protocol check-host: {e.name} is missing: pip install "
               "'agenthost-protocol[testing,ws]'", file=err)
         return 2
     target: Target
@@ -268,7 +291,7 @@ def check_host_command(args: argparse.Namespace, out: IO[str], err: IO[str]) -> 
         target = (WebSocketTarget(url=args.url, token=_token(args), timeout=args.timeout)
                   if args.url is not None else StdioTarget(command=args.stdio))
     except _Usage as e:
-        print(f"agenthost-protocol check-host: {e}", file=err)
+        _say(f"agenthost-protocol check-host: {e}", file=err)
         return 2
     program: list[dict[str, object]] | None = None
     if args.replay is not None:
@@ -278,9 +301,9 @@ def check_host_command(args: argparse.Namespace, out: IO[str], err: IO[str]) -> 
         try:
             program = _program(lines)
         except TranscriptError as e:
-            print(f"agenthost-protocol check-host: {args.replay}: {e}", file=err)
+            _say(f"agenthost-protocol check-host: {args.replay}: {e}", file=err)
             return 2
-    print(f"check-host creates sessions on {_where(args)} and disposes of them when it "
+    _say(f"check-host creates sessions on {_where(args)} and disposes of them when it "
           "ends (only those it created)", file=out, flush=True)
     cleanup = Cleanup(target, timeout=args.timeout)
     # SIGTERM as Ctrl-C: a run stopped either way disposes of its sessions first
@@ -291,10 +314,10 @@ def check_host_command(args: argparse.Namespace, out: IO[str], err: IO[str]) -> 
     except KeyboardInterrupt:
         # a second Ctrl-C stops the last disposal: what it had not done is listed
         if cleanup.pending:
-            print("check-host: interrupted", file=out, flush=True)
+            _say("check-host: interrupted", file=out, flush=True)
             _undisposed(cleanup, out)
         else:
-            print(f"check-host: interrupted; the {cleanup.created} session(s) it created "
+            _say(f"check-host: interrupted; the {cleanup.created} session(s) it created "
                   "are disposed of", file=out, flush=True)
         return EXIT_INTERRUPTED
     finally:
@@ -310,29 +333,32 @@ def _check_host(args: argparse.Namespace, target: Target, program: list[dict[str
     outcome: Outcome
     if program is not None:
         try:
-            outcome = replay(target, program, timeout=args.timeout, cleanup=cleanup)
+            outcome = replay(target, program, timeout=args.timeout, cleanup=cleanup,
+                             budget=args.max_traffic * 1024 * 1024)
         except (ConnectionError, OSError, TrafficLimit) as e:
-            print(f"agenthost-protocol check-host: {e}", file=err)
+            _say(f"agenthost-protocol check-host: {e}", file=err)
             _undisposed(cleanup, out)
             return 2
     else:
         outcome = check_host(target, examples=args.examples, steps=args.steps,
                              seed=args.seed, timeout=args.timeout,
-                             shrink_budget=args.shrink_time, cleanup=cleanup)
+                             shrink_budget=args.shrink_time, cleanup=cleanup,
+                             budget=args.max_traffic * 1024 * 1024)
         if outcome.error is not None and not outcome.failed:
-            print(f"agenthost-protocol check-host: {outcome.error}", file=err)
+            _say(f"agenthost-protocol check-host: {outcome.error}", file=err)
             _undisposed(cleanup, out)
             return 2
     for line in _lines(outcome.violations):
-        print(line, file=out)
+        _say(line, file=out)
     passed, failed = _summary(outcome.violations)
-    print(f"{passed} passed, {failed} failed ({outcome.examples} example(s), "
+    _say(f"{passed} passed, {failed} failed ({outcome.examples} example(s), "
           f"{outcome.seconds:.1f} s)", file=out)
     if failed:
-        print(f"shrunk transcript: {len(outcome.steps)} steps, {len(outcome.transcript)} "
+        _say(f"shrunk transcript: {len(outcome.steps)} steps, {len(outcome.transcript)} "
               "messages (check-host --replay FILE runs it again):", file=out)
         for line in program_lines(outcome.steps, outcome.transcript):
-            print(line, file=out)
+            # JSON escapes, not safe_text's: the lines stay JSON that --replay reads
+            print(safe_json(line), file=out)
     _undisposed(cleanup, out)
     if args.report is not None:
         head = _results(outcome.violations, examples=outcome.examples,
@@ -347,24 +373,25 @@ def _check_host(args: argparse.Namespace, target: Target, program: list[dict[str
 
 def check_traffic_command(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
     """``agenthost-protocol check-traffic``."""
-    from ..hostcheck.transcript import Transcript  # noqa: PLC0415
+    from ..hostcheck.transcript import Transcript, read_lines  # noqa: PLC0415
     from ..hostcheck.verdict import check  # noqa: PLC0415
 
     try:
-        # read a line at a time: a capture can be large, and only its records are kept
-        with open(args.file, encoding="utf-8") as f:
-            transcript = Transcript.from_lines(f)
+        # read a line at a time, each bounded: a capture can be large, and one line
+        # of gigabytes is refused before it is read whole
+        with open(args.file, "rb") as f:
+            transcript = Transcript.from_lines(read_lines(f))
     except (OSError, UnicodeDecodeError) as e:
-        print(f"agenthost-protocol: cannot read {args.file}: {e}", file=err)
+        _say(f"agenthost-protocol: cannot read {args.file}: {e}", file=err)
         return 2
     except TranscriptError as e:
-        print(f"agenthost-protocol check-traffic: {args.file}: {e}", file=err)
+        _say(f"agenthost-protocol check-traffic: {args.file}: {e}", file=err)
         return 2
     found = check(transcript)
     for line in _lines(found):
-        print(line, file=out)
+        _say(line, file=out)
     passed, failed = _summary(found)
-    print(f"{passed} passed, {failed} failed ({len(transcript)} messages)", file=out)
+    _say(f"{passed} passed, {failed} failed ({len(transcript)} messages)", file=out)
     if args.report is not None and not _write(args.report, iter([_results(found)]), err):
         return 2
     return 1 if failed else 0

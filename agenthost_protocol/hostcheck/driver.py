@@ -20,6 +20,7 @@ none.  A WebSocket target needs the ``ws`` extra.
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 import shlex
@@ -29,6 +30,7 @@ import threading
 import time
 import urllib.parse
 import uuid
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
@@ -38,11 +40,13 @@ from .. import types as t
 from .. import wire
 from ..types.error_codes import AhpErrorCode
 from ..versions import PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS, is_action_known_to_version
-from .transcript import Direction, Record, Transcript
+from .transcript import Direction, Raw, Record, Transcript, brief
 
 __all__ = [
     "ACTIONS",
     "MALFORMED",
+    "Budget",
+    "MAX_RECORDED_BYTES",
     "Cleanup",
     "Driver",
     "HandshakeRefused",
@@ -62,10 +66,66 @@ MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 """The largest message a host may send the checker (a longer one ends the run)."""
 MAX_RECORDS = 200_000
 """The most messages one run records (a host that floods ends the run)."""
+MAX_RECORDED_BYTES = 128 * 1024 * 1024
+"""The most bytes of messages one run records by default (``check-host --max-traffic``):
+a host that sends more ends the run."""
+_CLEANUP_BYTES = 2 * MAX_MESSAGE_BYTES
+"""What a :class:`Cleanup` connection records: a few small answers are all it needs."""
+
+# What the host sends is parsed once as it arrives (to find the answers) and kept as
+# it came: one message parsed at a time, whatever the number of connections, is what
+# a flood of them costs beyond the bytes
+_PARSING = threading.Lock()
+
+
+class Budget:
+    """The bytes of the host's messages a run may hold at once, shared by its recorders.
+
+    A recorder takes the size of each message it keeps; the bytes come back when
+    the last message of that recorder is gone (its transcript too), so the examples
+    a run has checked and let go cost nothing, and the failing one it keeps while
+    shrinking counts."""
+
+    def __init__(self, total: int) -> None:
+        if total < 1:
+            raise ValueError("the budget must be 1 byte or more")
+        self.total = total
+        self.held = 0
+        self._lock = threading.Lock()
+
+    def take(self, size: int) -> bool:
+        """Take ``size`` bytes (``False``: there is not that much left)."""
+        for again in (False, True):
+            if again:
+                # what is let go but held in a cycle comes back only at a collection
+                gc.collect()
+            with self._lock:
+                if self.held + size <= self.total:
+                    self.held += size
+                    return True
+        return False
+
+    def give(self, size: int) -> None:
+        with self._lock:
+            self.held -= size
+
+
+class _Held:
+    """What one recorder took of its budget, given back when the last of its messages
+    (and the recorder) is gone."""
+
+    def __init__(self, budget: Budget) -> None:
+        self.size = [0]
+        weakref.finalize(self, _give_back, budget, self.size)
+
+
+def _give_back(budget: Budget, size: list[int]) -> None:
+    budget.give(size[0])
 
 
 class TrafficLimit(RuntimeError):
-    """The host sent more than a run takes (:data:`MAX_RECORDS`, or too large a message)."""
+    """The host sent more than a run takes (:data:`MAX_RECORDS` messages, more bytes than
+    the run's budget, or too large a message)."""
 
 
 class HandshakeRefused(ConnectionError):
@@ -90,14 +150,20 @@ class HandshakeRefused(ConnectionError):
 class Recorder:
     """Every message of a run, from every connection's reader thread, in arrival order.
 
-    A :class:`Target`'s connection hands it what the host sends (:meth:`add`) and
-    says when the connection ended (:meth:`close`)."""
+    A :class:`Target`'s connection hands it what the host sends (:meth:`received`)
+    and says when the connection ended (:meth:`close`).  What the host sends is
+    kept as it came (:class:`~agenthost_protocol.hostcheck.transcript.Raw`) and
+    counted against ``budget`` (bytes, or a :class:`Budget` the run's recorders
+    share): the first message past it, or past :data:`MAX_RECORDS`, ends the run
+    (:attr:`overflow`, and :attr:`why`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, budget: int | Budget = MAX_RECORDED_BYTES) -> None:
         self._changed = threading.Condition()
+        self.budget = budget if isinstance(budget, Budget) else Budget(budget)
+        self._held = _Held(self.budget)
         self.records: list[Record] = []
-        self.answered: dict[tuple[int, str], dict[str, object]] = {}
-        """The first answer to each (connection, JSON id)."""
+        self.answered: dict[tuple[int, str], Raw] = {}
+        """The first answer to each (connection, JSON id), as it came."""
         self.asked: set[tuple[int, str]] = set()
         self.strays: dict[int, int] = {}
         """How many answers with an id no request of the connection had."""
@@ -106,25 +172,74 @@ class Recorder:
         self.nulls: dict[int, int] = {}
         """How many answers with a null id each connection was sent."""
         self.overflow = False
+        self.why = ""
+        """What ended the run, when :attr:`overflow` is set."""
 
-    def add(self, conn: int, sender: Direction, message: object) -> None:
+    def _over(self, why: str) -> None:
+        if not self.overflow:
+            self.overflow, self.why = True, why
+        self._changed.notify_all()
+
+    def _room(self) -> bool:
+        """Whether one more message may be recorded (``False``: the run is over)."""
+        if self.overflow:
+            return False
+        if len(self.records) >= MAX_RECORDS:
+            self._over(f"the host sent more than {MAX_RECORDS} messages in one run")
+            return False
+        return True
+
+    def sent(self, conn: int, message: object) -> None:
+        """The checker sent ``message`` on ``conn`` (its own: not counted in bytes)."""
         with self._changed:
-            if len(self.records) >= MAX_RECORDS:
-                self.overflow = True
-            else:
-                self.records.append(Record(sender=sender, message=message,
+            if self._room():
+                self.records.append(Record(sender=Direction.CLIENT, message=message,
                                            time=time.time() * 1000, conn=conn))
-                if sender is Direction.HOST and isinstance(message, dict) \
-                        and "method" not in message:
-                    key = (conn, json.dumps(message.get("id")))
-                    if message.get("id") is None:
-                        self.nulls[conn] = self.nulls.get(conn, 0) + 1
-                    elif key not in self.asked:
-                        # an id no request had: whatever it answers, waiting for the
-                        # right one would only wait out the timeout
-                        self.strays[conn] = self.strays.get(conn, 0) + 1
-                    self.answered.setdefault(key, message)
+
+    def received(self, conn: int, data: str | bytes) -> bool:
+        """The host sent ``data`` on ``conn``; ``False``: the run is over, read no more."""
+        when = time.time() * 1000
+        with self._changed:
+            if not self._room():
+                return False
+        if not self.budget.take(len(data)):
+            with self._changed:
+                self._over("the host sent more than check-host holds at once: "
+                           f"{self.budget.total} bytes of messages (check-host --max-traffic)")
+            return False
+        with self._changed:
+            self._held.size[0] += len(data)
+        with _PARSING:
+            message = Raw(data).parse()
+            key = None
+            if isinstance(message, dict) and "method" not in message:
+                key = json.dumps(message.get("id"))
+            raw = Raw(data, brief=brief(message), owner=self._held)
+            del message
+        with self._changed:
+            self.records.append(Record(sender=Direction.HOST, message=raw, time=when,
+                                       conn=conn))
+            if key is not None:
+                answer = (conn, key)
+                if key == "null":
+                    self.nulls[conn] = self.nulls.get(conn, 0) + 1
+                elif answer not in self.asked:
+                    # an id no request had: whatever it answers, waiting for the
+                    # right one would only wait out the timeout
+                    self.strays[conn] = self.strays.get(conn, 0) + 1
+                self.answered.setdefault(answer, raw)
             self._changed.notify_all()
+        return True
+
+    def answer(self, conn: int, key: str) -> dict[str, object] | None:
+        """The first answer to request ``key`` on ``conn``, parsed (``None``: none yet)."""
+        with self._changed:
+            raw = self.answered.get((conn, key))
+        if raw is None:
+            return None
+        with _PARSING:
+            message = raw.parse()
+        return message if isinstance(message, dict) else None
 
     def expect(self, conn: int, key: str) -> int:
         """A request ``key`` is about to be sent on ``conn``; how many stray answers the
@@ -133,11 +248,10 @@ class Recorder:
             self.asked.add((conn, key))
             return self.strays.get(conn, 0)
 
-    def overflowed(self) -> None:
+    def overflowed(self, why: str) -> None:
         """The host sent a message over the limit: the run ends."""
         with self._changed:
-            self.overflow = True
-            self._changed.notify_all()
+            self._over(why)
 
     def close(self, conn: int) -> None:
         with self._changed:
@@ -152,12 +266,19 @@ class Recorder:
         with self._changed:
             return list(self.records)
 
+    def forget(self) -> None:
+        """Let go of every message recorded (a transcript made of them keeps them):
+        their bytes go back to the budget once nothing else holds them, even while
+        the recorder lives on in a cycle that only a collection frees."""
+        with self._changed:
+            self.records = []
+            self.answered = {}
+            # the old count lives on in the messages kept, and goes with the last
+            self._held = _Held(self.budget)
+
 
 def _parse(text: str | bytes) -> object:
-    try:
-        return json.loads(text)
-    except (ValueError, RecursionError):
-        return text if isinstance(text, str) else text.decode("utf-8", "replace")
+    return Raw(text).parse()
 
 
 TOKEN_PARAMETERS = ("token", "tkn")
@@ -212,6 +333,7 @@ class Target(Protocol):
 
 class _Socket(Protocol):
     def send(self, message: str) -> None: ...
+    def recv(self, timeout: float | None = None, decode: bool | None = None) -> str | bytes: ...
 
 
 @define
@@ -266,7 +388,7 @@ class WebSocketTarget:
         try:
             socket = stack.enter_context(connect(
                 url, additional_headers=headers, open_timeout=self.timeout, close_timeout=1,
-                max_size=MAX_MESSAGE_BYTES, compression=None))
+                max_size=MAX_MESSAGE_BYTES, max_queue=4, compression=None))
         except InvalidStatus as e:
             status = e.response.status_code
             if status in (401, 403):
@@ -279,8 +401,9 @@ class WebSocketTarget:
 
         def read() -> None:
             with contextlib.suppress(Exception):  # the connection ends: the reader ends
-                for data in socket:
-                    recorder.add(conn, Direction.HOST, _parse(data))
+                # as bytes: text is kept as it came, a byte a byte of the budget
+                while recorder.received(conn, socket.recv(decode=False)):
+                    pass
             recorder.close(conn)
         reader = threading.Thread(target=read, name=f"check-host reader {conn}", daemon=True)
         reader.start()
@@ -342,10 +465,11 @@ class StdioTarget:
             with contextlib.suppress(Exception):
                 while line := process.stdout.readline(MAX_MESSAGE_BYTES + 1):
                     if len(line) > MAX_MESSAGE_BYTES:
-                        recorder.overflowed()
+                        recorder.overflowed(f"the host sent a message over {MAX_MESSAGE_BYTES}"
+                                            " bytes")
                         break
-                    if line.strip():
-                        recorder.add(conn, Direction.HOST, _parse(line))
+                    if line.strip() and not recorder.received(conn, line.rstrip(b"\r\n")):
+                        break
             recorder.close(conn)
         reader = threading.Thread(target=read, name=f"check-host reader {conn}", daemon=True)
         reader.start()
@@ -411,13 +535,14 @@ class Driver:
     MAX_CLIENTS = 4
 
     def __init__(self, target: Target, *, timeout: float = 5.0, label: str | None = None,
-                 cleanup: Cleanup | None = None) -> None:
+                 cleanup: Cleanup | None = None, budget: int | Budget = MAX_RECORDED_BYTES
+                 ) -> None:
         self.target = target
         self.timeout = timeout
         self.cleanup = cleanup
         """Where the sessions this driver creates are noted, to be disposed of."""
         self.label = label or uuid.uuid4().hex[:8]
-        self.recorder = Recorder()
+        self.recorder = Recorder(budget=budget)
         self.steps: list[Step] = []
         self.clients: list[_Client] = []
         self.channels: list[str] = [ROOT]
@@ -448,8 +573,7 @@ class Driver:
     def _send(self, client: _Client, message: object) -> None:
         assert client.link is not None and client.conn is not None
         text = message if isinstance(message, str) else json.dumps(message)
-        self.recorder.add(client.conn, Direction.CLIENT, _parse(text) if isinstance(
-            message, str) else message)
+        self.recorder.sent(client.conn, _parse(text) if isinstance(message, str) else message)
         client.link.send(text)
 
     def _request(self, client: _Client, method: str, params: object,
@@ -468,8 +592,8 @@ class Driver:
                            or self.recorder.strays.get(conn, 0) > strays
                            or conn in self.recorder.closed, self.timeout)
         if self.recorder.overflow:
-            raise TrafficLimit("the host sent more than a run takes")
-        return self.recorder.answered.get((conn, key))
+            raise TrafficLimit(self.recorder.why)
+        return self.recorder.answer(conn, key)
 
     def known_actions(self, number: int) -> list[str]:
         """The :data:`ACTIONS` live client ``number`` may send (what its version knows)."""
@@ -775,7 +899,9 @@ class Driver:
                 self._request(self.witness, "ping", {})
         finally:
             self.close()
-        return Transcript(records=self.recorder.snapshot())
+        transcript = Transcript(records=self.recorder.snapshot())
+        self.recorder.forget()
+        return transcript
 
     def _observe(self, version: str) -> None:
         opened = self._open()
@@ -832,7 +958,7 @@ class Cleanup:
         pending = list(self.pending)
         if not pending:
             return []
-        recorder = Recorder()
+        recorder = Recorder(budget=_CLEANUP_BYTES)
         try:
             link = self.target.open(0, recorder)
         except Exception:  # the host is gone, or refuses: the sessions stay pending
@@ -843,14 +969,14 @@ class Cleanup:
                 "clientId": f"check-host-cleanup-{uuid.uuid4().hex[:8]}",
                 "initialSubscriptions": []})
             if not recorder.wait(lambda: self._answered(recorder, 0), self.timeout) \
-                    or "result" not in recorder.answered.get((0, "0"), {}):
+                    or "result" not in (recorder.answer(0, "0") or {}):
                 return list(self.pending)
             for number, session in enumerate(pending, 1):
                 self._ask(link, recorder, number, "disposeSession", {"channel": session})
             recorder.wait(lambda: all(self._answered(recorder, n)
                                       for n in range(1, len(pending) + 1)), self.timeout)
             for number, session in enumerate(pending, 1):
-                answer = recorder.answered.get((0, str(number)))
+                answer = recorder.answer(0, str(number))
                 if answer is None:
                     continue
                 error = answer.get("error")
@@ -881,10 +1007,12 @@ class Cleanup:
 
 
 def run_program(target: Target, steps: Sequence[Step], *, timeout: float = 5.0,
-                cleanup: Cleanup | None = None) -> Transcript:
+                cleanup: Cleanup | None = None, budget: int | Budget = MAX_RECORDED_BYTES
+                ) -> Transcript:
     """Run a whole program (a replay) and return its transcript.  With ``cleanup``,
-    the sessions it created are disposed of once it is recorded."""
-    driver = Driver(target, timeout=timeout, cleanup=cleanup)
+    the sessions it created are disposed of once it is recorded.  A host that sends
+    more than ``budget`` bytes raises :class:`TrafficLimit`."""
+    driver = Driver(target, timeout=timeout, cleanup=cleanup, budget=budget)
     try:
         for step in steps:
             driver.run(step)

@@ -41,6 +41,8 @@ from ..versions import SUPPORTED_PROTOCOL_VERSIONS
 from .driver import (
     ACTIONS,
     MALFORMED,
+    MAX_RECORDED_BYTES,
+    Budget,
     Cleanup,
     Driver,
     Step,
@@ -103,12 +105,12 @@ _ACTION = st.integers(min_value=0, max_value=len(ACTIONS) - 1)
 _TEXT = st.text(st.characters(codec="utf-8", categories=("L", "N", "P", "S", "Zs")), max_size=12)
 
 
-def _machine(target: Target, runs: _Runs, timeout: float, cleanup: Cleanup
+def _machine(target: Target, runs: _Runs, timeout: float, cleanup: Cleanup, budget: Budget
              ) -> type[RuleBasedStateMachine]:
     class HostMachine(RuleBasedStateMachine):
         def __init__(self) -> None:
             super().__init__()
-            self.driver = Driver(target, timeout=timeout, cleanup=cleanup)
+            self.driver = Driver(target, timeout=timeout, cleanup=cleanup, budget=budget)
             self.aborted = False
             runs.examples += 1
 
@@ -214,6 +216,7 @@ def _machine(target: Target, runs: _Runs, timeout: float, cleanup: Cleanup
             # an interrupt between two steps ends the example as a failed step does
             if self.aborted or isinstance(sys.exc_info()[1], KeyboardInterrupt):
                 self.driver.close()
+                self.driver.recorder.forget()
                 return
             transcript = self.driver.finish()
             # recorded and closed: the disposal is no part of what is checked
@@ -230,26 +233,35 @@ def _machine(target: Target, runs: _Runs, timeout: float, cleanup: Cleanup
 
 def check_host(target: Target, *, examples: int = 100, steps: int = 30, seed: int | None = None,
                timeout: float = 5.0, shrink_budget: float = 60.0,
-               cleanup: Cleanup | None = None) -> Outcome:
+               cleanup: Cleanup | None = None, budget: int | Budget = MAX_RECORDED_BYTES
+               ) -> Outcome:
     """Run the state machine against ``target``; the smallest failing example, if any.
 
     Every session the run creates is disposed of: after each example (and each
     run while shrinking), and again at the end, also when the run fails or is
     interrupted (``KeyboardInterrupt`` then propagates, and ``cleanup``, if given,
-    holds what is left).  Sessions it did not create are never touched."""
+    holds what is left).  Sessions it did not create are never touched.
+
+    The host's messages the run holds at once (the example running, and the
+    failing one it keeps while shrinking) are at most ``budget`` bytes: a host
+    that sends more ends the run with an :attr:`Outcome.error` that says so.  A
+    :class:`~agenthost_protocol.hostcheck.driver.Budget` may be shared with others."""
     cleanup = cleanup if cleanup is not None else Cleanup(target, timeout=timeout)
     try:
         outcome = _check_host(target, examples=examples, steps=steps, seed=seed,
-                              timeout=timeout, shrink_budget=shrink_budget, cleanup=cleanup)
+                              timeout=timeout, shrink_budget=shrink_budget, cleanup=cleanup,
+                              budget=budget)
     finally:
         cleanup.dispose()
     return evolve(outcome, created=cleanup.created, undisposed=tuple(cleanup.pending))
 
 
 def _check_host(target: Target, *, examples: int, steps: int, seed: int | None,
-                timeout: float, shrink_budget: float, cleanup: Cleanup) -> Outcome:
+                timeout: float, shrink_budget: float, cleanup: Cleanup, budget: int | Budget
+                ) -> Outcome:
     runs = _Runs()
-    machine = _machine(target, runs, timeout, cleanup)
+    traffic = budget if isinstance(budget, Budget) else Budget(budget)
+    machine = _machine(target, runs, timeout, cleanup, traffic)
     test = get_state_machine_test(machine, settings=settings(
         max_examples=examples, stateful_step_count=steps, deadline=None, database=None,
         derandomize=False,
@@ -276,7 +288,7 @@ def _check_host(target: Target, *, examples: int, steps: int, seed: int | None,
     broken = {name for name, violations in found.items() if violations}
     try:
         smaller = shrink(target, program, broken, timeout=timeout, budget=shrink_budget,
-                         cleanup=cleanup)
+                         cleanup=cleanup, traffic=traffic)
     except (ConnectionError, OSError, TrafficLimit) as e:
         # the host went away or flooded while shrinking: the example found stands
         smaller, error = None, error or str(e)
@@ -290,15 +302,16 @@ def _check_host(target: Target, *, examples: int, steps: int, seed: int | None,
 Found = tuple[list[Step], Transcript, dict[str, tuple[Violation, ...]]]
 
 
-def _fails(target: Target, program: list[Step], props: set[str], timeout: float,
-           cleanup: Cleanup | None) -> Found | None:
-    transcript = run_program(target, program, timeout=timeout, cleanup=cleanup)
+def _fails(target: Target, program: list[Step], props: set[str], *, timeout: float,
+           cleanup: Cleanup | None, traffic: int | Budget) -> Found | None:
+    transcript = run_program(target, program, timeout=timeout, cleanup=cleanup, budget=traffic)
     found = check(transcript)
     return (program, transcript, found) if all(found.get(p) for p in props) else None
 
 
 def shrink(target: Target, program: list[Step], props: set[str], *, timeout: float = 5.0,
-           budget: float = 60.0, cleanup: Cleanup | None = None) -> Found | None:
+           budget: float = 60.0, cleanup: Cleanup | None = None,
+           traffic: int | Budget = MAX_RECORDED_BYTES) -> Found | None:
     """The smallest program found that still breaks the properties of ``props`` it
     breaks when run again: runs of steps are left out, halves first, then ever shorter
     runs, while the host still fails so (``None``: the program broke none of them
@@ -307,13 +320,16 @@ def shrink(target: Target, program: list[Step], props: set[str], *, timeout: flo
 
     Hypothesis's own shrinker is not used: a stateful example keeps its length while it
     shrinks (a step can only become a simpler step), and every try is a live run.  After
-    ``budget`` seconds the smallest found so far is the answer."""
+    ``budget`` seconds the smallest found so far is the answer.  ``traffic`` bounds
+    the bytes of the host's messages held at once (:func:`check_host`'s ``budget``;
+    a number: of each run)."""
     # what a live host does again: a property broken by timing alone may not be, so
     # the program runs up to three times, and what none of them broke is let go
     best: Found | None = None
     again: set[str] = set()
     for _ in range(3):
-        transcript = run_program(target, program, timeout=timeout, cleanup=cleanup)
+        transcript = run_program(target, program, timeout=timeout, cleanup=cleanup,
+                                 budget=traffic)
         found = check(transcript)
         broken = {p for p in props if found.get(p)}
         if best is None or len(broken) > len(again):
@@ -332,8 +348,8 @@ def shrink(target: Target, program: list[Step], props: set[str], *, timeout: flo
             if time.monotonic() > ends:
                 return best
             candidate = steps[:start] + steps[start + chunk:]
-            smaller = _fails(target, candidate, props, timeout, cleanup) if candidate \
-                else None
+            smaller = _fails(target, candidate, props, timeout=timeout, cleanup=cleanup,
+                             traffic=traffic) if candidate else None
             if smaller is not None:
                 best, steps = smaller, candidate
             else:
@@ -344,13 +360,15 @@ def shrink(target: Target, program: list[Step], props: set[str], *, timeout: flo
 
 
 def replay(target: Target, program: Sequence[Step], *, timeout: float = 5.0,
-           cleanup: Cleanup | None = None) -> Outcome:
+           cleanup: Cleanup | None = None, budget: int = MAX_RECORDED_BYTES) -> Outcome:
     """Run one program again (``check-host --replay``) and check it; the sessions it
-    creates are disposed of as :func:`check_host` does."""
+    creates are disposed of as :func:`check_host` does.  A host that sends more than
+    ``budget`` bytes raises :class:`~agenthost_protocol.hostcheck.driver.TrafficLimit`."""
     cleanup = cleanup if cleanup is not None else Cleanup(target, timeout=timeout)
     started = time.monotonic()
     try:
-        transcript = run_program(target, program, timeout=timeout, cleanup=cleanup)
+        transcript = run_program(target, program, timeout=timeout, cleanup=cleanup,
+                                 budget=budget)
     finally:
         cleanup.dispose()
     return Outcome(violations=check(transcript), examples=1,

@@ -25,7 +25,6 @@ from types import FrameType
 from typing import IO, TYPE_CHECKING
 
 from .._json import lone_surrogate_at
-from ..hostcheck.transcript import TranscriptError
 from .terminal import safe_json, safe_text
 
 if TYPE_CHECKING:
@@ -152,7 +151,7 @@ def program_lines(steps: Sequence[object], transcript: Transcript) -> Iterator[s
 
 def _read_lines(path: str, err: IO[str]) -> list[str] | None:
     """The lines of a transcript file, each bounded (``None``: said on ``err``)."""
-    from ..hostcheck.transcript import read_lines  # noqa: PLC0415
+    from ..hostcheck.transcript import TranscriptError, read_lines  # noqa: PLC0415
 
     try:
         with open(path, "rb") as f:
@@ -178,6 +177,8 @@ def _write(path: str, lines: Iterator[str], err: IO[str]) -> bool:
 
 
 def _program(lines: list[str]) -> list[dict[str, object]]:
+    from ..hostcheck.transcript import TranscriptError  # noqa: PLC0415
+
     steps = []
     for number, line in enumerate(lines, 1):
         try:
@@ -279,6 +280,7 @@ def check_host_command(args: argparse.Namespace, out: IO[str], err: IO[str]) -> 
         return 2
     try:
         from ..hostcheck.driver import Cleanup, StdioTarget, WebSocketTarget  # noqa: PLC0415
+        from ..hostcheck.transcript import TranscriptError  # noqa: PLC0415
         if args.url is not None:
             import websockets  # noqa: F401, PLC0415 (say now that the extra is missing)
         from ..hostcheck.machine import check_host  # noqa: PLC0415, F401 (hypothesis)
@@ -373,7 +375,7 @@ def _check_host(args: argparse.Namespace, target: Target, program: list[dict[str
 
 def check_traffic_command(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
     """``agenthost-protocol check-traffic``."""
-    from ..hostcheck.transcript import Transcript, read_lines  # noqa: PLC0415
+    from ..hostcheck.transcript import Transcript, TranscriptError, read_lines  # noqa: PLC0415
     from ..hostcheck.verdict import check  # noqa: PLC0415
 
     try:

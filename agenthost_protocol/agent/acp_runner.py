@@ -51,8 +51,10 @@ group, every step bounded, so neither the agent nor what it started
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import itertools
+import json
 import logging
 import os
 from collections.abc import Callable, Coroutine, Iterable, Mapping
@@ -80,10 +82,12 @@ from ..bridges.acp import (
     PromptCapabilities,
     acp_error_message,
 )
+from ..bridges.pi_frames import DEFAULT_MAX_LINE_BYTES, JsonLinesDecoder, MalformedLine
 from ..host import Host, HostStore
 from .base import Agent, AgentError, NewSession
 from .driver import AgentDriver
 from .processes import AgentProcess as _AgentProcess
+from .processes import LogThrottle as _LogThrottle
 from .processes import spawn_agent_process as _spawn_agent_process
 from .processes import until as _until
 from .turn import Turn
@@ -100,6 +104,63 @@ ACP_PROTOCOL_VERSION: Final = 1
 
 META_KEY: Final = "acp"
 """The key of a session's ``_meta`` that holds its ACP ``sessionId`` and ``cwd``."""
+
+MAX_LINE_BYTES: Final = DEFAULT_MAX_LINE_BYTES
+"""64 MiB: a longer line on the agent's stdout stops the agent (a tool call's diff may be big;
+the SDK's own reader keeps a line whole whatever its size)."""
+
+_READ_CHUNK: Final = 64 * 1024
+
+
+class _AgentStdio:
+    """The agent's stdio as the SDK connection's message transport, bounded.
+
+    The SDK's own stdio transport joins the chunks of a line whatever its
+    length (one line of gigabytes is held whole) and logs a traceback for every
+    line that is not JSON.  Here a line past ``max_line_bytes`` is never kept:
+    ``on_overflow`` is told (the runner stops the agent) and the stream ends;
+    lines that are not JSON objects are dropped, their warnings throttled.
+    """
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *,
+                 max_line_bytes: int, on_overflow: Callable[[str], None]) -> None:
+        self._reader = reader
+        self._writer = writer
+        self._max = max_line_bytes
+        self._decoder = JsonLinesDecoder(max_line_bytes=max_line_bytes)
+        self._ready: collections.deque[dict[str, Any]] = collections.deque()
+        self._ended = False
+        self._on_overflow = on_overflow
+        self._bad = _LogThrottle(log)
+
+    async def send(self, message: dict[str, Any]) -> None:
+        # one write() per message: concurrent senders never interleave inside a line
+        self._writer.write(json.dumps(message, separators=(",", ":")).encode() + b"\n")
+        await self._writer.drain()
+
+    async def receive(self) -> dict[str, Any] | None:
+        while not self._ready:
+            if self._ended:
+                return None
+            data = await self._reader.read(_READ_CHUNK)
+            frames = self._decoder.feed(data) if data else self._decoder.close()
+            self._ended = not data
+            for frame in frames:
+                if not isinstance(frame, MalformedLine):
+                    self._ready.append(dict(frame))
+                elif frame.too_long:
+                    self._ended = True
+                    self._ready.clear()
+                    self._on_overflow(f"the agent wrote a line longer than {self._max} bytes "
+                                      f"on its stdout")
+                    return None
+                else:
+                    self._bad.log("ACP agent: line %d skipped (%s): %r", frame.line,
+                                      frame.reason, frame.excerpt)
+        return self._ready.popleft()
+
+    async def close(self) -> None:
+        self._ended = True
 
 
 
@@ -185,6 +246,8 @@ class AcpAgentRunner(Agent):
         start_timeout: float = 30.0,
         close_timeout: float = 2.0,
         resume_timeout: float = 30.0,
+        request_timeout: float = 60.0,
+        max_line_bytes: int = MAX_LINE_BYTES,
     ) -> None:
         self._server = server
         self._agent = agent
@@ -193,6 +256,11 @@ class AcpAgentRunner(Agent):
         self._start_timeout = start_timeout
         self._close_timeout = close_timeout
         self._resume_timeout = resume_timeout
+        self._request_timeout = request_timeout
+        self._max_line_bytes = max_line_bytes
+        self._failure: str | None = None
+        """Why the runner stopped the agent itself (it broke a bound), for the turns' errors."""
+        self._unknown = _LogThrottle(log, logging.INFO)
         self._conn: Connection | None = None
         self._group: _AgentProcess | None = None
         self._caps = PromptCapabilities()
@@ -251,7 +319,10 @@ class AcpAgentRunner(Agent):
             )
             self._group = group
             assert group.process.stdin is not None and group.process.stdout is not None
-            conn = Connection(self._on_agent, group.process.stdin, group.process.stdout)
+            stdio = _AgentStdio(group.process.stdout, group.process.stdin,
+                                max_line_bytes=self._max_line_bytes,
+                                on_overflow=self._misbehaved)
+            conn = Connection(self._on_agent, stdio)
             self._conn = conn
             self._running = True
             result: object = await asyncio.wait_for(conn.send_request("initialize", {
@@ -334,12 +405,25 @@ class AcpAgentRunner(Agent):
         if self._closing or not self._running:
             return
         self._running = False
-        log.warning("the ACP agent exited with status %s", code)
+        reason = self._failure or f"the agent exited with status {code}"
+        log.warning("the ACP agent is gone: %s", reason)
         for bridge in list(self._bridges.values()):
-            self._carry(bridge, bridge.agent_closed(f"the agent exited with status {code}"))
+            self._carry(bridge, bridge.agent_closed(reason))
         for future in self._waiting.values():
             future.cancel()
         # what it started (tools, a native binary) has nobody to answer to any more
+        await group.stop(self._close_timeout)
+
+    def _misbehaved(self, reason: str) -> None:
+        """The agent broke a bound the host keeps: it is stopped, its turns end with ``reason``."""
+        if self._failure is not None or self._closing:
+            return
+        self._failure = f"{reason}: the host stopped it"
+        group = self._group
+        if group is not None:
+            self._spawn(self._stop_group(group))
+
+    async def _stop_group(self, group: _AgentProcess) -> None:
         await group.stop(self._close_timeout)
 
     def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
@@ -535,7 +619,8 @@ class AcpAgentRunner(Agent):
         bridge = self._route(params)
         if is_notification:
             if bridge is None:
-                log.info("ACP notification %r for no known session skipped", method)
+                self._unknown.log("ACP notification %r for no known session skipped",
+                                      method)
             else:
                 self._carry(bridge, bridge.receive_notification(method, params))
             return None

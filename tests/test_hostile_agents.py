@@ -1,0 +1,230 @@
+"""Agent processes that misbehave behind ``serve`` (issue 29, "Also"): floods, endless
+lines, requests never answered, deaths in the middle of a prompt.
+
+``serve --agent acp|pi -- python STAND-IN MODE`` runs in a subprocess on a real
+loopback socket; ``tests/acp_agents/hostile_acp_agent.py`` and
+``tests/acp_agents/hostile_pi_agent.py`` are the stand-ins.  What is checked
+is what a user of the host sees: a ``ping`` still answers, the host's memory
+stays bounded (``VmRSS`` of the ``serve`` process), the turn ends with
+``chat/error`` naming the cause, no agent process or zombie is left, and
+``serve`` stops on SIGTERM.  Every wait is bounded; each test kills ``serve``
+and whatever it started on the way out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+import time
+from collections.abc import AsyncIterator, Coroutine
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agenthost_protocol import types as t
+from agenthost_protocol.host.sessions import iso
+
+from ._aio_peer import TIMEOUT, serving, stop
+
+pytestmark = [
+    pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc"),
+    pytest.mark.skipif(sys.platform == "win32", reason="POSIX process groups"),
+]
+
+HERE = Path(__file__).parent
+HOSTILE_ACP = str(HERE / "acp_agents" / "hostile_acp_agent.py")
+HOSTILE_PI = str(HERE / "acp_agents" / "hostile_pi_agent.py")
+ROOT = "ahp-root://"
+SESSION, CHAT = "ahp-session:/h1", "ahp-chat:/h1"
+USER = t.MessageOrigin(kind=t.MessageKind.USER)
+RSS_BOUND = 400 * 1024 * 1024
+"""What ``serve`` may hold at most while an agent floods it (it starts at ~60 MB; a
+line it kept whole would be gigabytes)."""
+
+
+def run(coro: Coroutine[Any, Any, None], timeout: float = 120.0) -> None:
+    asyncio.run(asyncio.wait_for(coro, timeout))
+
+
+# -- processes -------------------------------------------------------------------------
+
+
+def _stat(pid: int) -> list[str] | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            text = f.read()
+    except OSError:
+        return None
+    return text.rsplit(")", 1)[1].split()
+
+
+def children(pid: int) -> set[int]:
+    """The processes whose parent is ``pid``, zombies included."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            fields = _stat(int(entry))
+            if fields is not None and fields[1] == str(pid):
+                found.add(int(entry))
+    return found
+
+
+def zombies(pid: int) -> set[int]:
+    return {c for c in children(pid) if (_stat(c) or ["?"])[0] == "Z"}
+
+
+def alive(pid: int) -> bool:
+    fields = _stat(pid)
+    return fields is not None and fields[0] not in ("Z", "X")
+
+
+def rss(pid: int) -> int:
+    """The resident memory of ``pid`` in bytes."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+async def poll(condition: Any, timeout: float = TIMEOUT) -> Any:
+    async def wait() -> Any:
+        while not (value := condition()):
+            await asyncio.sleep(0.05)
+        return value
+    return await asyncio.wait_for(wait(), timeout)
+
+
+def kill_all(pids: set[int]) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)  # each agent leads its own group
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+
+
+# -- the client's side ---------------------------------------------------------------------
+
+
+def chat_of(state: t.SnapshotState) -> t.ChatState:
+    assert isinstance(state, t.ChatState)
+    return state
+
+
+def ended(count: int) -> Any:
+    return lambda s: chat_of(s).active_turn is None and len(chat_of(s).turns) == count
+
+
+def turn_started(turn_id: str, text: str = "go") -> t.ChatTurnStartedAction:
+    return t.ChatTurnStartedAction(turn_id=turn_id, started_at=iso(1_767_225_600_000),
+                                   message=t.Message(text=text, origin=USER))
+
+
+class Watch:
+    """``serve``'s highest RSS and slowest ``ping`` while the agent misbehaves."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.peak = rss(pid)
+        self.slowest = 0.0
+
+    async def sample(self, client: Any, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            self.peak = max(self.peak, rss(self.pid))
+            started = time.monotonic()
+            await asyncio.wait_for(client.ping(), TIMEOUT)
+            self.slowest = max(self.slowest, time.monotonic() - started)
+            await asyncio.sleep(0.1)
+
+
+@contextlib.asynccontextmanager
+async def hostile(tmp_path: Path, kind: str, mode: str, *serve_args: str) -> AsyncIterator[
+        tuple[asyncio.subprocess.Process, Any]]:
+    """``serve --agent KIND -- python STAND-IN MODE`` and a client, a session created for
+    ACP (pi's come per session: the test makes them)."""
+    pytest.importorskip("websockets")
+    if kind == "acp":
+        pytest.importorskip("acp")
+    from agenthost_protocol.aio.client import connect
+
+    agent = HOSTILE_ACP if kind == "acp" else HOSTILE_PI
+    err = tmp_path / "serve.err"
+    seen: set[int] = set()
+    try:
+        async with serving(["--no-store", *serve_args, "--agent", kind, "--",
+                            sys.executable, agent, mode], err) as (proc, url), connect(
+                url, client_id="ide", reconnect=False, request_timeout=TIMEOUT) as client:
+            await client.initialize([ROOT])
+            try:
+                yield proc, client
+            finally:
+                seen |= children(proc.pid)
+    finally:
+        kill_all(seen)
+
+
+# -- ACP -------------------------------------------------------------------------------------
+
+
+async def acp_turn(client: Any) -> None:
+    assert await client.create_session(SESSION) == SESSION
+    await client.subscribe(SESSION)
+    await client.subscribe(CHAT)
+    await client.dispatch(CHAT, turn_started("t1"))
+
+
+async def acp_turn_error(client: Any, count: int = 1) -> t.ErrorInfo:
+    state = await client.wait_for_state(CHAT, ended(count), confirmed=True, timeout=TIMEOUT)
+    turn = chat_of(state).turns[-1]
+    assert turn.state == t.TurnState.ERROR and turn.error is not None, turn
+    return turn.error
+
+
+async def stops_clean(proc: asyncio.subprocess.Process, agents: set[int]) -> None:
+    """``serve`` exits 0 on SIGTERM and leaves no agent process and no zombie."""
+    assert await stop(proc) == 0
+    assert agents and not [p for p in agents if alive(p)], "an agent process outlived serve"
+
+
+def test_acp_agent_writing_an_endless_line(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with hostile(tmp_path, "acp", "huge-line") as (proc, client):
+            agents = children(proc.pid)
+            watch = Watch(proc.pid)
+            await acp_turn(client)
+            await watch.sample(client, 3.0)
+            error = await acp_turn_error(client)
+            await watch.sample(client, 0.5)
+            print(f"peak RSS {watch.peak / 2**20:.0f} MiB, slowest ping {watch.slowest:.3f} s")
+            assert "line longer than" in error.message, error
+            assert watch.peak < RSS_BOUND
+            await poll(lambda: not zombies(proc.pid) and not any(alive(p) for p in agents))
+            await stops_clean(proc, agents)
+
+    run(main())
+
+
+@pytest.mark.parametrize("mode", ["flood-garbage", "flood-unknown"])
+def test_acp_agent_flooding_stdout(tmp_path: Path, mode: str) -> None:
+    async def main() -> None:
+        async with hostile(tmp_path, "acp", mode) as (proc, client):
+            agents = children(proc.pid)
+            watch = Watch(proc.pid)
+            await acp_turn(client)
+            await watch.sample(client, 5.0)
+            print(f"peak RSS {watch.peak / 2**20:.0f} MiB, slowest ping {watch.slowest:.3f} s")
+            assert watch.peak < RSS_BOUND
+            assert watch.slowest < 2.0
+            # one line a second says what is dropped, not one per line
+            log = (tmp_path / "serve.err").read_text()
+            assert len(log) < 64 * 1024 and "not logged" in log, log[-2000:]
+            # what is dropped is dropped: a client's cancel still ends the turn
+            await client.dispatch(CHAT, t.ChatTurnCancelledAction(turn_id="t1", duration=1))
+            await client.wait_for_state(CHAT, ended(1), confirmed=True, timeout=TIMEOUT)
+            await stops_clean(proc, agents)
+
+    run(main())

@@ -228,3 +228,70 @@ def test_acp_agent_flooding_stdout(tmp_path: Path, mode: str) -> None:
             await stops_clean(proc, agents)
 
     run(main())
+
+
+def test_acp_agent_ignoring_a_cancel_does_not_hold_the_next_turn(tmp_path: Path) -> None:
+    """The client's cancel ends the turn at once; the agent never answers that prompt,
+    yet the session's next prompt goes out after the cancel timeout (5 s in ``serve``)."""
+    async def main() -> None:
+        async with hostile(tmp_path, "acp", "silent") as (proc, client):
+            agents = children(proc.pid)
+            await acp_turn(client)
+            await client.wait_for_state(CHAT, lambda s: chat_of(s).active_turn is not None
+                                        and bool(chat_of(s).active_turn.response_parts),
+                                        confirmed=True, timeout=TIMEOUT)
+            await client.dispatch(CHAT, t.ChatTurnCancelledAction(turn_id="t1", duration=1))
+            await client.wait_for_state(CHAT, ended(1), confirmed=True, timeout=TIMEOUT)
+            await client.dispatch(CHAT, turn_started("t2"))
+            state = await client.wait_for_state(CHAT, ended(2), confirmed=True,
+                                                timeout=TIMEOUT)
+            assert [turn.state for turn in chat_of(state).turns] == [
+                t.TurnState.CANCELLED, t.TurnState.COMPLETE]
+            await stops_clean(proc, agents)
+
+    run(main())
+
+
+def test_acp_agent_that_never_answers_session_new(tmp_path: Path) -> None:
+    """``createSession`` is answered after ``request_timeout`` with the cause, not never."""
+    pytest.importorskip("acp")
+    from agenthost_protocol.agent.acp_runner import (
+        AcpAgentCommand,
+        AcpAgentRunner,
+        acp_root_state,
+    )
+    from agenthost_protocol.aio.server import HostServer
+    from agenthost_protocol.host import Host
+
+    from ._json_client import JsonClient
+
+    async def main() -> None:
+        host = Host(clock=lambda: time.time_ns() // 1_000_000, root=acp_root_state())
+        server = HostServer(host)
+        runner = AcpAgentRunner(server, AcpAgentCommand(
+            command=sys.executable, args=(HOSTILE_ACP, "silent-new")),
+            close_timeout=0.5, request_timeout=1.0)
+        pid: int | None = None
+        try:
+            await runner.start()
+            assert runner.process is not None
+            pid = runner.process.pid
+            client = JsonClient(server)
+            await client.request("initialize", {"protocolVersions": ["0.7.0"],
+                                                "clientId": "ide"})
+            started = time.monotonic()
+            client.send({"id": 99, "method": "createSession", "params": {"channel": SESSION}})
+            await client.until(lambda: any(m.get("id") == 99 for m in client.inbox),
+                               timeout=TIMEOUT)
+            assert time.monotonic() - started < 10.0
+            state = host.state(SESSION)
+            assert isinstance(state, t.SessionState)
+            assert state.lifecycle == t.SessionLifecycle.CREATION_FAILED, state
+            assert "did not answer session/new within 1 s" in str(state.creation_error), state
+            await asyncio.wait_for(runner.close(), TIMEOUT)
+            await poll(lambda: not alive(pid))
+        finally:
+            if pid is not None:
+                kill_all({pid})
+
+    run(main())

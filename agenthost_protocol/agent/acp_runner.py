@@ -230,7 +230,13 @@ class AcpAgentRunner(Agent):
     root should list it: :func:`acp_root_state`); ``session_cwd`` is the
     ``cwd`` of ``session/new`` when a client names no working directory
     (default: the host's current directory); ``close_timeout`` bounds each
-    step of stopping the agent; ``resume_timeout`` bounds ``session/load``.
+    step of stopping the agent; ``resume_timeout`` bounds ``session/load``;
+    ``request_timeout`` bounds every other request but ``session/prompt``
+    (``session/new``, model and mode switches, ``session/close``); a prompt
+    whose turn is over (cancelled) is waited for ``cancel_timeout`` seconds
+    after ``session/cancel``, then the session's next prompt goes out anyway;
+    a line longer than ``max_line_bytes`` on the agent's stdout stops the
+    agent (every turn ends with ``chat/error`` saying so).
     """
 
     manages_chats = True
@@ -247,6 +253,7 @@ class AcpAgentRunner(Agent):
         close_timeout: float = 2.0,
         resume_timeout: float = 30.0,
         request_timeout: float = 60.0,
+        cancel_timeout: float = 5.0,
         max_line_bytes: int = MAX_LINE_BYTES,
     ) -> None:
         self._server = server
@@ -257,6 +264,7 @@ class AcpAgentRunner(Agent):
         self._close_timeout = close_timeout
         self._resume_timeout = resume_timeout
         self._request_timeout = request_timeout
+        self._cancel_timeout = cancel_timeout
         self._max_line_bytes = max_line_bytes
         self._failure: str | None = None
         """Why the runner stopped the agent itself (it broke a bound), for the turns' errors."""
@@ -450,8 +458,8 @@ class AcpAgentRunner(Agent):
         try:
             if conn is None or not self._running:
                 raise ConnectionError("the agent is gone")
-            result: object = await conn.send_request("session/new", {"cwd": cwd,
-                                                                      "mcpServers": []})
+            result: object = await asyncio.wait_for(conn.send_request(
+                "session/new", {"cwd": cwd, "mcpServers": []}), self._request_timeout)
             session_id = result.get("sessionId") if isinstance(result, Mapping) else None
             if not isinstance(session_id, str) or not session_id:
                 raise RequestError(-32603, "session/new gave no sessionId")
@@ -460,6 +468,9 @@ class AcpAgentRunner(Agent):
                              error_type="acp:session/new") from e
         except ConnectionError as e:
             raise AgentError(str(e) or type(e).__name__, error_type="acp:session/new") from e
+        except asyncio.TimeoutError as e:
+            raise AgentError(f"the agent did not answer session/new within "
+                             f"{self._request_timeout:g} s", error_type="acp:session/new") from e
         setup = AcpSessionSetup.from_new_session(result)
         bridge = AcpBridge(
             acp_session_id=session_id, session=session.uri, chat=session.chat,
@@ -665,6 +676,8 @@ class AcpAgentRunner(Agent):
                 self._spawn(self._request(bridge, output))
             elif isinstance(output, AcpNotification):
                 self._spawn(self._notify(output))
+                if output.method == "session/cancel":
+                    self._spawn(self._cancel_deadline(bridge))
             else:
                 future = self._waiting.get(output.request_id)  # type: ignore[arg-type]
                 if future is not None and not future.done():
@@ -672,14 +685,28 @@ class AcpAgentRunner(Agent):
         self.driver.dispatch_actions(actions)
         self._changed.set()
 
+    async def _cancel_deadline(self, bridge: AcpBridge) -> None:
+        await asyncio.sleep(self._cancel_timeout)
+        if self._running and self._bridges.get(bridge.acp_session_id) is bridge:
+            self._carry(bridge, bridge.forget_cancelled_prompts())
+
     async def _request(self, bridge: AcpBridge, request: AcpRequest) -> None:
         conn = self._conn
         if conn is None or not self._running:
             return
         if self._closing and request.method == "session/prompt":
             return  # a held prompt released while stopping: the turn ends with the agent
+        # a prompt may work for hours (a client's cancel ends its turn); anything else
+        # the agent leaves unanswered would hold the session (a model switch holds the
+        # next prompt)
+        timeout = None if request.method == "session/prompt" else self._request_timeout
         try:
-            result: object = await conn.send_request(request.method, dict(request.params))
+            result: object = await asyncio.wait_for(
+                conn.send_request(request.method, dict(request.params)), timeout)
+        except asyncio.TimeoutError:
+            outputs = bridge.receive_error(
+                request.token, -32603, f"the agent did not answer {request.method} within "
+                f"{self._request_timeout:g} s")
         except RequestError as e:
             outputs = bridge.receive_error(request.token, e.code, str(e), e.data)
         except ConnectionError:

@@ -8,7 +8,8 @@ stdin/stdout (no SDK, so it can write what no SDK would).  What it does at
 * ``flood-unknown``: writes valid ``session/update`` notifications for a session
   nobody has, as fast as the pipe takes them;
 * ``huge-line``: writes one line that never ends (64 KiB chunks, no newline);
-* ``silent``: never answers the prompt and ignores ``session/cancel``;
+* ``silent``: never answers its first prompt and ignores ``session/cancel``; answers
+  later prompts (``end_turn``);
 * ``silent-new``: never answers ``session/new``;
 * ``exit``: exits with status 7; ``kill9``: SIGKILLs itself.
 
@@ -59,6 +60,7 @@ def misbehave(mode: str) -> None:
 def main() -> None:
     mode = sys.argv[1]
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # a closed pipe ends us
+    prompts = 0
     for raw in sys.stdin.buffer:
         try:
             message = json.loads(raw)
@@ -74,6 +76,10 @@ def main() -> None:
                 continue
             send({"id": request_id, "result": {"sessionId": "hostile-1"}})
         elif method == "session/prompt":
+            prompts += 1
+            if mode == "silent" and prompts > 1:
+                send({"id": request_id, "result": {"stopReason": "end_turn"}})
+                continue
             send({"method": "session/update", "params": {
                 "sessionId": "hostile-1", "update": {
                     "sessionUpdate": "agent_message_chunk",

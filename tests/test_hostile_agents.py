@@ -295,3 +295,80 @@ def test_acp_agent_that_never_answers_session_new(tmp_path: Path) -> None:
                 kill_all({pid})
 
     run(main())
+
+
+@pytest.mark.parametrize("mode", ["exit", "kill9"])
+def test_acp_agent_dying_while_a_prompt_runs(tmp_path: Path, mode: str) -> None:
+    """The turn ends with the cause, the process is reaped (no zombie), the next turn and
+    the next session say the agent is gone, at once; ``serve`` still stops clean."""
+    async def main() -> None:
+        async with hostile(tmp_path, "acp", mode) as (proc, client):
+            agents = children(proc.pid)
+            await acp_turn(client)
+            error = await acp_turn_error(client)
+            status = "7" if mode == "exit" else "-9"
+            assert error.message == f"the agent exited with status {status}", error
+            await poll(lambda: not children(proc.pid))  # reaped: not even a zombie
+            await client.dispatch(CHAT, turn_started("t2"))
+            error = await acp_turn_error(client, 2)
+            assert error.message == f"the agent exited with status {status}", error
+            with pytest.raises(Exception, match="not running"):
+                await client.create_session("ahp-session:/h2")
+            await stops_clean(proc, agents)
+
+    run(main())
+
+
+# -- pi ----------------------------------------------------------------------------------------
+
+
+async def pi_session(client: Any, proc: asyncio.subprocess.Process, session: str = SESSION,
+                     chat: str = CHAT) -> set[int]:
+    """A ready session (its agent process spawned); the agent processes of ``serve``."""
+    await client.create_session(session, provider="pi")
+    await client.subscribe(session)
+    ready = await client.wait_for_state(
+        session, lambda s: isinstance(s, t.SessionState)
+        and s.lifecycle != t.SessionLifecycle.CREATING, confirmed=True, timeout=TIMEOUT)
+    assert ready.lifecycle == t.SessionLifecycle.READY, ready
+    await client.subscribe(chat)
+    return children(proc.pid)
+
+
+def test_pi_agent_writing_an_endless_line(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with hostile(tmp_path, "pi", "huge-line") as (proc, client):
+            agents = await pi_session(client, proc)
+            watch = Watch(proc.pid)
+            await client.dispatch(CHAT, turn_started("t1"))
+            await watch.sample(client, 3.0)
+            error = await acp_turn_error(client)
+            print(f"peak RSS {watch.peak / 2**20:.0f} MiB, slowest ping {watch.slowest:.3f} s")
+            assert "line longer than" in error.message and "stopped it" in error.message, error
+            assert watch.peak < RSS_BOUND
+            await poll(lambda: not children(proc.pid))  # reaped: not even a zombie
+            await client.dispatch(CHAT, turn_started("t2"))
+            assert (await acp_turn_error(client, 2)).message == error.message
+            await stops_clean(proc, agents)
+
+    run(main())
+
+
+@pytest.mark.parametrize("mode", ["flood-garbage", "flood-unknown"])
+def test_pi_agent_flooding_stdout(tmp_path: Path, mode: str) -> None:
+    async def main() -> None:
+        async with hostile(tmp_path, "pi", mode) as (proc, client):
+            agents = await pi_session(client, proc)
+            watch = Watch(proc.pid)
+            await client.dispatch(CHAT, turn_started("t1"))
+            await watch.sample(client, 5.0)
+            print(f"peak RSS {watch.peak / 2**20:.0f} MiB, slowest ping {watch.slowest:.3f} s")
+            assert watch.peak < RSS_BOUND
+            assert watch.slowest < 2.0
+            log = (tmp_path / "serve.err").read_text()
+            assert len(log) < 64 * 1024 and "not logged" in log, log[-2000:]
+            await client.dispatch(CHAT, t.ChatTurnCancelledAction(turn_id="t1", duration=1))
+            await client.wait_for_state(CHAT, ended(1), confirmed=True, timeout=TIMEOUT)
+            await stops_clean(proc, agents)
+
+    run(main())

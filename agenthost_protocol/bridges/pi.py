@@ -406,6 +406,8 @@ class PiBridge:
         self._acked: set[str] = set()
         self._prompt_ids: dict[str, str] = {}
         self._aborts: set[str] = set()
+        self._skipped = 0
+        self._skipped_kind = ""
         self._held: tuple[str, PromptCommand] | None = None
         self._continuing: str | None = None
         """A turn kept open across ``agent_end`` (retry or overflow compaction)."""
@@ -437,6 +439,17 @@ class PiBridge:
     def agent_version(self) -> str | None:
         """The version in xcsh's ``ready`` frame."""
         return self._version
+
+    @property
+    def skipped_frames(self) -> tuple[int, str]:
+        """How many frames of no type or of a type pi does not have were skipped, and the
+        last one's type (the runner logs them, throttled: an agent may write millions)."""
+        return self._skipped, self._skipped_kind
+
+    @property
+    def aborting(self) -> bool:
+        """Whether an ``abort`` was sent and not answered yet."""
+        return bool(self._aborts)
 
     @property
     def busy(self) -> bool:
@@ -596,7 +609,9 @@ class PiBridge:
     def _frame(self, frame: JsonObject) -> None:
         kind = frame.get("type")
         if not isinstance(kind, str):
-            log.warning("pi: a frame without a type: %.200r", frame)
+            log.debug("pi: a frame without a type: %.200r", frame)
+            self._skipped += 1
+            self._skipped_kind = "(none)"
             return
         if self._deferred is not None and kind not in (
             "auto_retry_start", "auto_retry_end", "auto_compaction_start", "response",
@@ -604,7 +619,9 @@ class PiBridge:
             self._resolve_deferred()
         handler = _FRAME_HANDLERS.get(kind)
         if handler is None:
-            log.info("pi: unknown frame %r skipped", kind)
+            log.debug("pi: unknown frame %r skipped", kind)
+            self._skipped += 1
+            self._skipped_kind = kind[:100]
             return
         handler(self, frame)
 

@@ -372,3 +372,47 @@ def test_pi_agent_flooding_stdout(tmp_path: Path, mode: str) -> None:
             await stops_clean(proc, agents)
 
     run(main())
+
+
+def test_pi_agent_ignoring_abort_is_stopped(tmp_path: Path) -> None:
+    """The client's cancel ends the turn at once; the agent never answers ``abort``, so the
+    next turn (held until the agent is idle) ends after the cancel timeout (10 s in
+    ``serve``) with the cause, the agent stopped and reaped."""
+    async def main() -> None:
+        async with hostile(tmp_path, "pi", "silent") as (proc, client):
+            agents = await pi_session(client, proc)
+            await client.dispatch(CHAT, turn_started("t1"))
+            await client.wait_for_state(CHAT, lambda s: chat_of(s).active_turn is not None
+                                        and bool(chat_of(s).active_turn.response_parts),
+                                        confirmed=True, timeout=TIMEOUT)
+            await client.dispatch(CHAT, t.ChatTurnCancelledAction(turn_id="t1", duration=1))
+            await client.wait_for_state(CHAT, ended(1), confirmed=True, timeout=TIMEOUT)
+            await client.dispatch(CHAT, turn_started("t2"))
+            error = await acp_turn_error(client, 2)
+            assert error.message == ("the agent did not answer abort within 10 s: "
+                                     "the host stopped it"), error
+            await poll(lambda: not children(proc.pid))
+            await stops_clean(proc, agents)
+
+    run(main())
+
+
+@pytest.mark.parametrize("mode", ["exit", "kill9"])
+def test_pi_agent_dying_while_a_prompt_runs(tmp_path: Path, mode: str) -> None:
+    """The turn ends with the cause, the process is reaped, the next turn says the agent
+    is gone; another session gets a process of its own."""
+    async def main() -> None:
+        async with hostile(tmp_path, "pi", mode) as (proc, client):
+            agents = await pi_session(client, proc)
+            await client.dispatch(CHAT, turn_started("t1"))
+            error = await acp_turn_error(client)
+            status = "7" if mode == "exit" else "-9"
+            assert error.message == f"the agent exited with status {status}", error
+            await poll(lambda: not children(proc.pid))  # reaped: not even a zombie
+            await client.dispatch(CHAT, turn_started("t2"))
+            assert (await acp_turn_error(client, 2)).message == error.message
+            agents |= await pi_session(client, proc, "ahp-session:/h2", "ahp-chat:/h2")
+            assert len(children(proc.pid)) == 1
+            await stops_clean(proc, agents)
+
+    run(main())

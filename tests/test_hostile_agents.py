@@ -416,3 +416,69 @@ def test_pi_agent_dying_while_a_prompt_runs(tmp_path: Path, mode: str) -> None:
             await stops_clean(proc, agents)
 
     run(main())
+
+
+@pytest.mark.parametrize("kind", ["acp", "pi"])
+def test_serve_stops_while_an_agent_ignores_everything(tmp_path: Path, kind: str) -> None:
+    """A prompt never answered, its cancel (abort) ignored: SIGTERM still stops ``serve``
+    within its bounded steps, the agent reaped."""
+    async def main() -> None:
+        async with hostile(tmp_path, kind, "silent") as (proc, client):
+            if kind == "acp":
+                await acp_turn(client)
+                agents = children(proc.pid)
+            else:
+                agents = await pi_session(client, proc)
+                await client.dispatch(CHAT, turn_started("t1"))
+            await client.wait_for_state(CHAT, lambda s: chat_of(s).active_turn is not None
+                                        and bool(chat_of(s).active_turn.response_parts),
+                                        confirmed=True, timeout=TIMEOUT)
+            started = time.monotonic()
+            await stops_clean(proc, agents)
+            assert time.monotonic() - started < 15.0
+
+    run(main())
+
+
+# -- the pieces, without processes ------------------------------------------------------------
+
+
+def test_the_bridge_forgets_cancelled_prompts_and_sends_the_held_one() -> None:
+    from agenthost_protocol.bridges.acp import AcpRequest
+
+    from .acp_agents.world import World
+
+    w = World()
+    w.start("first")
+    [first] = w.prompts
+    w.cancel()  # session/cancel goes out; the agent never answers the prompt
+    w.start("second")
+    assert w.prompts == [first]  # the second is held behind the first
+    assert w.bridge.busy
+    out = w.run(w.bridge.forget_cancelled_prompts())
+    [second] = [o for o in out if isinstance(o, AcpRequest)]
+    assert second.method == "session/prompt" and second.token != first.token
+    assert w.run(w.bridge.forget_cancelled_prompts()) == []  # the active turn's prompt stays
+    del w.requests[first.token]
+    w.run(w.bridge.receive_response(first.token, {"stopReason": "cancelled"}))  # late: skipped
+    assert w.chat.active_turn is not None
+    w.finish()
+    assert w.chat.active_turn is None and w.chat.turns[-1].state == t.TurnState.COMPLETE
+
+
+def test_log_throttle_says_how_many_lines_it_left_out(
+        caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    from agenthost_protocol.agent.processes import LogThrottle
+
+    now = [0.0]
+    throttle = LogThrottle(logging.getLogger("throttled"), interval=1.0, clock=lambda: now[0])
+    with caplog.at_level(logging.WARNING, logger="throttled"):
+        for _ in range(1000):
+            throttle.log("bad line %d", 1)
+        now[0] = 1.5
+        throttle.log("bad line %d", 2)
+    assert [r.getMessage() for r in caplog.records] == [
+        "bad line 1", "bad line 2 (999 more like it not logged)"]
+    assert throttle.skipped == 0

@@ -124,7 +124,8 @@ def turn_started(turn_id: str, text: str = "go") -> t.ChatTurnStartedAction:
 
 
 class Watch:
-    """``serve``'s highest RSS and slowest ``ping`` while the agent misbehaves."""
+    """``serve``'s highest RSS and slowest ``ping`` + ``listSessions`` while the agent
+    misbehaves."""
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
@@ -137,6 +138,7 @@ class Watch:
             self.peak = max(self.peak, rss(self.pid))
             started = time.monotonic()
             await asyncio.wait_for(client.ping(), TIMEOUT)
+            await asyncio.wait_for(client.list_sessions(), TIMEOUT)
             self.slowest = max(self.slowest, time.monotonic() - started)
             await asyncio.sleep(0.1)
 
@@ -208,7 +210,7 @@ def test_acp_agent_writing_an_endless_line(tmp_path: Path) -> None:
     run(main())
 
 
-@pytest.mark.parametrize("mode", ["flood-garbage", "flood-unknown"])
+@pytest.mark.parametrize("mode", ["flood-garbage", "flood-unknown", "flood-permission"])
 def test_acp_agent_flooding_stdout(tmp_path: Path, mode: str) -> None:
     async def main() -> None:
         async with hostile(tmp_path, "acp", mode) as (proc, client):
@@ -221,7 +223,14 @@ def test_acp_agent_flooding_stdout(tmp_path: Path, mode: str) -> None:
             assert watch.slowest < 2.0
             # one line a second says what is dropped, not one per line
             log = (tmp_path / "serve.err").read_text()
-            assert len(log) < 64 * 1024 and "not logged" in log, log[-2000:]
+            assert len(log) < 256 * 1024, log[-2000:]
+            assert mode == "flood-permission" or "not logged" in log, log[-2000:]
+            if mode == "flood-permission":  # a flood of questions is not the agent's reply
+                error = await acp_turn_error(client)
+                assert error.message == ("the agent asked more than 256 questions at once: "
+                                         "the host stopped it"), error
+                await stops_clean(proc, agents)
+                return
             # what is dropped is dropped: a client's cancel still ends the turn
             await client.dispatch(CHAT, t.ChatTurnCancelledAction(turn_id="t1", duration=1))
             await client.wait_for_state(CHAT, ended(1), confirmed=True, timeout=TIMEOUT)

@@ -111,6 +111,14 @@ the SDK's own reader keeps a line whole whatever its size)."""
 
 _READ_CHUNK: Final = 64 * 1024
 
+MAX_WAITING_REQUESTS: Final = 256
+"""The agent's requests (permissions, elicitations) that may wait for clients at once; one
+more stops the agent (each shows a tool call or a question: a flood would bury the chat)."""
+
+MAX_UNREAD_BYTES: Final = 64 * 1024 * 1024
+"""What may wait in the pipe to an agent that does not read its stdin; past it the agent
+is stopped (every answer to it would be kept)."""
+
 
 class _AgentStdio:
     """The agent's stdio as the SDK connection's message transport, bounded.
@@ -134,6 +142,10 @@ class _AgentStdio:
         self._bad = _LogThrottle(log)
 
     async def send(self, message: dict[str, Any]) -> None:
+        if self._writer.transport.get_write_buffer_size() > MAX_UNREAD_BYTES:
+            self._on_overflow(f"the agent left more than {MAX_UNREAD_BYTES} bytes of its "
+                              f"stdin unread")
+            raise ConnectionError("the agent does not read its stdin")
         # one write() per message: concurrent senders never interleave inside a line
         self._writer.write(json.dumps(message, separators=(",", ":")).encode() + b"\n")
         await self._writer.drain()
@@ -143,6 +155,8 @@ class _AgentStdio:
             if self._ended:
                 return None
             data = await self._reader.read(_READ_CHUNK)
+            if self._ended:  # the runner gave up on the agent meanwhile
+                return None
             frames = self._decoder.feed(data) if data else self._decoder.close()
             self._ended = not data
             for frame in frames:
@@ -159,8 +173,13 @@ class _AgentStdio:
                                       frame.reason, frame.excerpt)
         return self._ready.popleft()
 
-    async def close(self) -> None:
+    def end(self) -> None:
+        """Read nothing more: what the agent writes from now on is dropped."""
         self._ended = True
+        self._ready.clear()
+
+    async def close(self) -> None:
+        self.end()
 
 
 
@@ -270,6 +289,7 @@ class AcpAgentRunner(Agent):
         """Why the runner stopped the agent itself (it broke a bound), for the turns' errors."""
         self._unknown = _LogThrottle(log, logging.INFO)
         self._conn: Connection | None = None
+        self._stdio: _AgentStdio | None = None
         self._group: _AgentProcess | None = None
         self._caps = PromptCapabilities()
         self._closes_sessions = False
@@ -330,6 +350,7 @@ class AcpAgentRunner(Agent):
             stdio = _AgentStdio(group.process.stdout, group.process.stdin,
                                 max_line_bytes=self._max_line_bytes,
                                 on_overflow=self._misbehaved)
+            self._stdio = stdio
             conn = Connection(self._on_agent, stdio)
             self._conn = conn
             self._running = True
@@ -427,6 +448,8 @@ class AcpAgentRunner(Agent):
         if self._failure is not None or self._closing:
             return
         self._failure = f"{reason}: the host stopped it"
+        if self._stdio is not None:
+            self._stdio.end()
         group = self._group
         if group is not None:
             self._spawn(self._stop_group(group))
@@ -641,6 +664,10 @@ class AcpAgentRunner(Agent):
             if method == "elicitation/create":
                 return {"action": "cancel"}
             raise RequestError.method_not_found(method)
+        if len(self._waiting) >= MAX_WAITING_REQUESTS:
+            self._misbehaved(f"the agent asked more than {MAX_WAITING_REQUESTS} questions "
+                             f"at once")
+            raise RequestError.internal_error({"details": "too many requests waiting"})
         number = next(self._numbers)
         future: asyncio.Future[BridgeOutput] = asyncio.get_running_loop().create_future()
         self._waiting[number] = future

@@ -7,6 +7,8 @@ stdin/stdout (no SDK, so it can write what no SDK would).  What it does at
 * ``flood-garbage``: writes lines that are not JSON, as fast as the pipe takes them;
 * ``flood-unknown``: writes valid ``session/update`` notifications for a session
   nobody has, as fast as the pipe takes them;
+* ``flood-permission``: asks ``session/request_permission`` for the prompt's session
+  without end, never reading the answers (the host must not keep them all waiting);
 * ``huge-line``: writes one line that never ends (64 KiB chunks, no newline);
 * ``silent``: never answers its first prompt and ignores ``session/cancel``; answers
   later prompts (``end_turn``);
@@ -49,6 +51,16 @@ def misbehave(mode: str) -> None:
             "sessionId": "nobody", "update": {"sessionUpdate": "agent_message_chunk",
                                               "content": {"type": "text", "text": "x" * 64}}}})
         forever((line + "\n").encode() * 256)
+    elif mode == "flood-permission":
+        lines = b"".join((json.dumps({"jsonrpc": "2.0", "id": f"p{n}", "method":
+                                      "session/request_permission", "params": {
+                                          "sessionId": "hostile-1",
+                                          "toolCall": {"toolCallId": f"call-{n}",
+                                                       "title": "rm -rf /"},
+                                          "options": [{"optionId": "allow", "name": "Allow",
+                                                       "kind": "allow_once"}]}})
+                          + "\n").encode() for n in range(256))
+        forever(lines)
     elif mode == "huge-line":
         forever(b"[" + b'"' + b"x" * (64 * 1024))  # never a newline
     elif mode == "exit":

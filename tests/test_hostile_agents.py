@@ -363,7 +363,7 @@ def test_pi_agent_writing_an_endless_line(tmp_path: Path) -> None:
     run(main())
 
 
-@pytest.mark.parametrize("mode", ["flood-garbage", "flood-unknown"])
+@pytest.mark.parametrize("mode", ["flood-garbage", "flood-unknown", "flood-dialogs"])
 def test_pi_agent_flooding_stdout(tmp_path: Path, mode: str) -> None:
     async def main() -> None:
         async with hostile(tmp_path, "pi", mode) as (proc, client):
@@ -376,6 +376,15 @@ def test_pi_agent_flooding_stdout(tmp_path: Path, mode: str) -> None:
             assert watch.slowest < 2.0
             log = (tmp_path / "serve.err").read_text()
             assert len(log) < 64 * 1024 and "not logged" in log, log[-2000:]
+            if mode == "flood-dialogs":  # 64 questions at most, one status line
+                session = client.confirmed(SESSION)
+                assert isinstance(session, t.SessionState) and session.activity is not None
+                assert len(session.activity) < 64 * 1024
+                turn = chat_of(client.confirmed(CHAT)).active_turn
+                assert turn is not None
+                questions = [p for p in turn.response_parts
+                             if isinstance(p, t.InputRequestResponsePart)]
+                assert len(questions) == 64
             await client.dispatch(CHAT, t.ChatTurnCancelledAction(turn_id="t1", duration=1))
             await client.wait_for_state(CHAT, ended(1), confirmed=True, timeout=TIMEOUT)
             await stops_clean(proc, agents)

@@ -76,6 +76,8 @@ PI_PROVIDER: Final = "pi"
 """The default provider id of the pi agent in the root state."""
 
 _READ_CHUNK: Final = 64 * 1024
+_MAX_UNSENT: Final = 64 * 1024 * 1024
+"""Bytes queued for an agent that does not read its stdin; past them it is stopped."""
 
 META_KEY: Final = "pi"
 """The key of a session's ``_meta`` that holds pi's ``sessionFile``."""
@@ -140,6 +142,8 @@ class _PiProcess:
         """Why the runner stopped the agent itself (it broke a bound), for the turn's error."""
         self.skipped = 0
         """The bridge's count of skipped frames, as last logged."""
+        self.unsent = 0
+        """Bytes queued for the agent's stdin and not taken by the pipe yet."""
 
 
 class PiAgentRunner(Agent):
@@ -412,7 +416,13 @@ class PiAgentRunner(Agent):
     def _carry(self, agent: _PiProcess, out: PiOutput) -> None:
         bridge = agent.bridge
         for command in out.commands:
-            agent.outbox.put_nowait(encode_frame(command))
+            frame = encode_frame(command)
+            if agent.unsent + len(frame) > _MAX_UNSENT:
+                self._fail(agent, f"the agent left more than {_MAX_UNSENT} bytes of its stdin "
+                                  f"unread")
+                break
+            agent.unsent += len(frame)
+            agent.outbox.put_nowait(frame)
             if command["type"] == "abort" and not agent.exited.is_set():
                 self._watch_abort(agent)
         self.driver.dispatch_actions((d.channel, d.action) for d in out.actions)
@@ -468,7 +478,7 @@ class PiAgentRunner(Agent):
         count, kind = agent.bridge.skipped_frames
         if count != agent.skipped:
             agent.skipped = count
-            self._unknown_frames.log("pi: a frame of an unknown type skipped (%r)", kind)
+            self._unknown_frames.log("pi: a frame of the agent skipped: %s", kind)
         return out
 
     async def _read(self, agent: _PiProcess) -> None:
@@ -509,6 +519,7 @@ class PiAgentRunner(Agent):
             while (data := await agent.outbox.get()) is not None:
                 stdin.write(data)
                 await stdin.drain()
+                agent.unsent -= len(data)
         except (OSError, ConnectionError) as e:
             log.info("pi: writing to the agent failed: %s", e)
 

@@ -140,6 +140,12 @@ CONFIRM_QUESTION: Final = "answer"
 _DENY_WORDS: Final = re.compile(r"\b(no|deny|denied|reject|block|cancel|abort|never|skip)\b", re.I)
 
 _DIALOGS: Final = frozenset({"select", "confirm", "input", "editor"})
+MAX_OPEN_DIALOGS: Final = 64
+"""Dialogs that may wait for a client at once; the agent's next one is cancelled at once
+(each is a question in the chat: a flood would bury it)."""
+MAX_STATUSES: Final = 32
+"""``setStatus`` keys kept (they make the session's activity line); more are ignored."""
+MAX_STATUS_CHARS: Final = 1024
 
 
 # -- reading untrusted JSON ------------------------------------------------------------
@@ -442,8 +448,9 @@ class PiBridge:
 
     @property
     def skipped_frames(self) -> tuple[int, str]:
-        """How many frames of no type or of a type pi does not have were skipped, and the
-        last one's type (the runner logs them, throttled: an agent may write millions)."""
+        """How many frames were skipped or refused (no type, a type pi does not have, a
+        dialog nobody can answer) and what the last was (the runner logs them, throttled:
+        an agent may write millions)."""
         return self._skipped, self._skipped_kind
 
     @property
@@ -610,8 +617,7 @@ class PiBridge:
         kind = frame.get("type")
         if not isinstance(kind, str):
             log.debug("pi: a frame without a type: %.200r", frame)
-            self._skipped += 1
-            self._skipped_kind = "(none)"
+            self._skip("(no type)")
             return
         if self._deferred is not None and kind not in (
             "auto_retry_start", "auto_retry_end", "auto_compaction_start", "response",
@@ -620,10 +626,13 @@ class PiBridge:
         handler = _FRAME_HANDLERS.get(kind)
         if handler is None:
             log.debug("pi: unknown frame %r skipped", kind)
-            self._skipped += 1
-            self._skipped_kind = kind[:100]
+            self._skip(kind[:100])
             return
         handler(self, frame)
+
+    def _skip(self, what: str) -> None:
+        self._skipped += 1
+        self._skipped_kind = what
 
     def _on_ready(self, frame: JsonObject) -> None:
         self._ready = True
@@ -1167,9 +1176,11 @@ class PiBridge:
                 self._notify(f"{level.capitalize()}: {text}"
                              if level in ("warning", "error") else text)
         elif method == "setStatus":
-            key = _str(frame.get("statusKey")) or ""
-            value = _str(frame.get("statusText"))
-            if value:
+            key = (_str(frame.get("statusKey")) or "")[:MAX_STATUS_CHARS]
+            value = (_str(frame.get("statusText")) or "")[:MAX_STATUS_CHARS]
+            if value and key not in self._statuses and len(self._statuses) >= MAX_STATUSES:
+                self._skip("extension_ui_request setStatus (too many keys)")
+            elif value:
                 self._statuses[key] = value
             else:
                 self._statuses.pop(key, None)
@@ -1191,9 +1202,12 @@ class PiBridge:
 
     def _dialog(self, dialog_id: str, method: str, frame: JsonObject) -> None:
         turn = self._live()
-        if turn is None or dialog_id in self._dialogs:
+        if turn is None or dialog_id in self._dialogs or len(self._dialogs) >= MAX_OPEN_DIALOGS:
             # nobody could answer it in AHP: tell the extension at once rather than let it wait
-            log.info("pi: %s dialog %r outside a turn: cancelled", method, dialog_id)
+            log.debug("pi: %s dialog %r outside a turn or past %d open: cancelled", method,
+                      dialog_id, MAX_OPEN_DIALOGS)
+            self._skip(f"extension_ui_request {method} (cancelled: outside a turn, or too "
+                       f"many open)")
             self._commands.append(ExtensionUiResponse(type="extension_ui_response", id=dialog_id,
                                                       cancelled=True))
             return

@@ -6,6 +6,8 @@ acknowledging it and starting a run, ``agent_start`` and a text delta):
 
 * ``flood-garbage``: writes lines that are not JSON, as fast as the pipe takes them;
 * ``flood-unknown``: writes valid frames of a type pi does not have, as fast as it can;
+* ``flood-dialogs``: opens ``confirm`` dialogs and sets status keys without end, never
+  reading the answers;
 * ``huge-line``: writes one line that never ends (64 KiB chunks, no newline);
 * ``silent``: the run never ends and ``abort`` is ignored;
 * ``exit``: exits with status 7; ``kill9``: SIGKILLs itself.
@@ -69,6 +71,18 @@ def misbehave(mode: str) -> None:
         forever(b"this is not json {{{ \xff\xfe\n" * 512)
     elif mode == "flood-unknown":
         forever((json.dumps({"type": "noise", "payload": "x" * 64}) + "\n").encode() * 256)
+    elif mode == "flood-dialogs":
+        lines = b"".join((json.dumps({"type": "extension_ui_request", "id": f"d{n}",
+                                      "method": "confirm", "title": "rm -rf /?"}) + "\n"
+                          + json.dumps({"type": "extension_ui_request", "id": f"s{n}",
+                                        "method": "setStatus", "statusKey": f"k{n}",
+                                        "statusText": "x" * 1000}) + "\n").encode()
+                         for n in range(256))
+        deadline = time.monotonic() + LIFETIME
+        while time.monotonic() < deadline:  # new ids each round: every dialog is new
+            sys.stdout.buffer.write(lines.replace(b'"d', b'"d%d-' % int(time.monotonic_ns()))
+                                    .replace(b'"k', b'"k%d-' % int(time.monotonic_ns())))
+            sys.stdout.buffer.flush()
     elif mode == "huge-line":
         forever(b'{"type": "message_update", "x": "' + b"x" * (64 * 1024))
     elif mode == "exit":

@@ -118,6 +118,12 @@ def ended(count: int) -> Any:
     return lambda s: chat_of(s).active_turn is None and len(chat_of(s).turns) == count
 
 
+def replying(state: t.SnapshotState) -> bool:
+    """The active turn has the agent's first words."""
+    turn = chat_of(state).active_turn
+    return turn is not None and bool(turn.response_parts)
+
+
 def turn_started(turn_id: str, text: str = "go") -> t.ChatTurnStartedAction:
     return t.ChatTurnStartedAction(turn_id=turn_id, started_at=iso(1_767_225_600_000),
                                    message=t.Message(text=text, origin=USER))
@@ -246,8 +252,7 @@ def test_acp_agent_ignoring_a_cancel_does_not_hold_the_next_turn(tmp_path: Path)
         async with hostile(tmp_path, "acp", "silent") as (proc, client):
             agents = children(proc.pid)
             await acp_turn(client)
-            await client.wait_for_state(CHAT, lambda s: chat_of(s).active_turn is not None
-                                        and bool(chat_of(s).active_turn.response_parts),
+            await client.wait_for_state(CHAT, replying,
                                         confirmed=True, timeout=TIMEOUT)
             await client.dispatch(CHAT, t.ChatTurnCancelledAction(turn_id="t1", duration=1))
             await client.wait_for_state(CHAT, ended(1), confirmed=True, timeout=TIMEOUT)
@@ -400,8 +405,7 @@ def test_pi_agent_ignoring_abort_is_stopped(tmp_path: Path) -> None:
         async with hostile(tmp_path, "pi", "silent") as (proc, client):
             agents = await pi_session(client, proc)
             await client.dispatch(CHAT, turn_started("t1"))
-            await client.wait_for_state(CHAT, lambda s: chat_of(s).active_turn is not None
-                                        and bool(chat_of(s).active_turn.response_parts),
+            await client.wait_for_state(CHAT, replying,
                                         confirmed=True, timeout=TIMEOUT)
             await client.dispatch(CHAT, t.ChatTurnCancelledAction(turn_id="t1", duration=1))
             await client.wait_for_state(CHAT, ended(1), confirmed=True, timeout=TIMEOUT)
@@ -448,8 +452,7 @@ def test_serve_stops_while_an_agent_ignores_everything(tmp_path: Path, kind: str
             else:
                 agents = await pi_session(client, proc)
                 await client.dispatch(CHAT, turn_started("t1"))
-            await client.wait_for_state(CHAT, lambda s: chat_of(s).active_turn is not None
-                                        and bool(chat_of(s).active_turn.response_parts),
+            await client.wait_for_state(CHAT, replying,
                                         confirmed=True, timeout=TIMEOUT)
             started = time.monotonic()
             await stops_clean(proc, agents)
@@ -481,7 +484,8 @@ def test_the_bridge_forgets_cancelled_prompts_and_sends_the_held_one() -> None:
     w.run(w.bridge.receive_response(first.token, {"stopReason": "cancelled"}))  # late: skipped
     assert w.chat.active_turn is not None
     w.finish()
-    assert w.chat.active_turn is None and w.chat.turns[-1].state == t.TurnState.COMPLETE
+    final = w.chat
+    assert final.active_turn is None and final.turns[-1].state == t.TurnState.COMPLETE
 
 
 def test_log_throttle_says_how_many_lines_it_left_out(

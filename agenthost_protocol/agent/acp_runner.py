@@ -138,6 +138,7 @@ class _AgentStdio:
         self._decoder = JsonLinesDecoder(max_line_bytes=max_line_bytes)
         self._ready: collections.deque[dict[str, Any]] = collections.deque()
         self._ended = False
+        self._given_up = False
         self._on_overflow = on_overflow
         self._bad = _LogThrottle(log)
 
@@ -155,7 +156,7 @@ class _AgentStdio:
             if self._ended:
                 return None
             data = await self._reader.read(_READ_CHUNK)
-            if self._ended:  # the runner gave up on the agent meanwhile
+            if self._given_up:  # the runner gave up on the agent meanwhile
                 return None
             frames = self._decoder.feed(data) if data else self._decoder.close()
             self._ended = not data
@@ -175,7 +176,7 @@ class _AgentStdio:
 
     def end(self) -> None:
         """Read nothing more: what the agent writes from now on is dropped."""
-        self._ended = True
+        self._ended = self._given_up = True
         self._ready.clear()
 
     async def close(self) -> None:

@@ -504,3 +504,90 @@ def test_log_throttle_says_how_many_lines_it_left_out(
     assert [r.getMessage() for r in caplog.records] == [
         "bad line 1", "bad line 2 (999 more like it not logged)"]
     assert throttle.skipped == 0
+
+
+# -- agents that do not read their stdin (the bound lowered, in process) ------------------------
+
+
+def test_acp_agent_not_reading_its_stdin_is_stopped(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Answers to an agent that never reads pile up in the pipe's buffer; past the bound
+    (64 MiB, here 1 MiB) the agent is stopped and the turn says why."""
+    pytest.importorskip("acp")
+    from agenthost_protocol.agent import acp_runner
+    from agenthost_protocol.aio.server import HostServer
+    from agenthost_protocol.host import Host
+
+    from ._json_client import JsonClient
+
+    monkeypatch.setattr(acp_runner, "MAX_UNREAD_BYTES", 1024 * 1024)
+
+    async def main() -> None:
+        host = Host(clock=lambda: time.time_ns() // 1_000_000,
+                    root=acp_runner.acp_root_state())
+        server = HostServer(host)
+        runner = acp_runner.AcpAgentRunner(server, acp_runner.AcpAgentCommand(
+            command=sys.executable, args=(HOSTILE_ACP, "flood-requests")), close_timeout=0.5)
+        pid: int | None = None
+        try:
+            await runner.start()
+            assert runner.process is not None
+            pid = runner.process.pid
+            client = JsonClient(server)
+            client.timeout = TIMEOUT
+            await client.request("initialize", {"protocolVersions": ["0.7.0"],
+                                                "clientId": "ide"})
+            await client.request("createSession", {"channel": SESSION})
+            client.dispatch(CHAT, turn_started("t1"))
+            await client.until(lambda: client.chat(CHAT).active_turn is None
+                               and len(client.chat(CHAT).turns) == 1)
+            error = client.chat(CHAT).turns[0].error
+            assert error is not None and error.message == (
+                "the agent left more than 1048576 bytes of its stdin unread: "
+                "the host stopped it"), error
+            await poll(lambda: not alive(pid))
+            await asyncio.wait_for(runner.close(), TIMEOUT)
+        finally:
+            if pid is not None:
+                kill_all({pid})
+
+    run(main())
+
+
+def test_pi_agent_not_reading_its_stdin_is_stopped(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The dialogs the bridge cancels at once are answers the agent never reads; past the
+    bound (64 MiB, here 256 KiB) the agent is stopped and the turn says why."""
+    from agenthost_protocol.agent import pi_runner
+    from agenthost_protocol.aio.server import HostServer
+    from agenthost_protocol.host import Host
+
+    from ._json_client import JsonClient
+
+    monkeypatch.setattr(pi_runner, "_MAX_UNSENT", 256 * 1024)
+
+    async def main() -> None:
+        host = Host(clock=lambda: time.time_ns() // 1_000_000, root=pi_runner.pi_root_state())
+        server = HostServer(host)
+        runner = pi_runner.PiAgentRunner(server, pi_runner.PiAgentCommand(
+            command=sys.executable, args=(HOSTILE_PI, "flood-dialogs")), close_timeout=0.5)
+        try:
+            client = JsonClient(server)
+            client.timeout = TIMEOUT
+            await client.request("initialize", {"protocolVersions": ["0.7.0"],
+                                                "clientId": "ide"})
+            await client.request("createSession", {"channel": SESSION, "provider": "pi"})
+            await client.until(lambda: bool(runner.processes) and host.has_channel(CHAT))
+            [process] = runner.processes
+            client.dispatch(CHAT, turn_started("t1"))
+            await client.until(lambda: client.chat(CHAT).active_turn is None
+                               and len(client.chat(CHAT).turns) == 1)
+            error = client.chat(CHAT).turns[0].error
+            assert error is not None and error.message == (
+                "the agent left more than 262144 bytes of its stdin unread: "
+                "the host stopped it"), error
+            await poll(lambda: not alive(process.pid))
+        finally:
+            await asyncio.wait_for(runner.close(), TIMEOUT)
+
+    run(main())

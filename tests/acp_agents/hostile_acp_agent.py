@@ -9,6 +9,8 @@ stdin/stdout (no SDK, so it can write what no SDK would).  What it does at
   nobody has, as fast as the pipe takes them;
 * ``flood-permission``: asks ``session/request_permission`` for the prompt's session
   without end, never reading the answers (the host must not keep them all waiting);
+* ``flood-requests``: sends requests of a method nobody has without end, never reading
+  the answers (the host must not queue answers without bound);
 * ``huge-line``: writes one line that never ends (64 KiB chunks, no newline);
 * ``silent``: never answers its first prompt and ignores ``session/cancel``; answers
   later prompts (``end_turn``);
@@ -61,6 +63,10 @@ def misbehave(mode: str) -> None:
                                                        "kind": "allow_once"}]}})
                           + "\n").encode() for n in range(256))
         forever(lines)
+    elif mode == "flood-requests":
+        forever(b"".join((json.dumps({"jsonrpc": "2.0", "id": f"r{n}", "method": "x/what",
+                                      "params": {"sessionId": "hostile-1"}})
+                          + "\n").encode() for n in range(256)))
     elif mode == "huge-line":
         forever(b"[" + b'"' + b"x" * (64 * 1024))  # never a newline
     elif mode == "exit":

@@ -506,6 +506,50 @@ def test_log_throttle_says_how_many_lines_it_left_out(
     assert throttle.skipped == 0
 
 
+def test_acp_agent_that_never_answers_a_model_switch(tmp_path: Path) -> None:
+    """The prompt held behind ``session/set_model`` goes out after ``request_timeout``
+    (the switch counts as refused), instead of never."""
+    pytest.importorskip("acp")
+    from agenthost_protocol.agent import acp_runner
+    from agenthost_protocol.aio.server import HostServer
+    from agenthost_protocol.host import Host
+
+    from ._json_client import JsonClient
+
+    async def main() -> None:
+        host = Host(clock=lambda: time.time_ns() // 1_000_000,
+                    root=acp_runner.acp_root_state())
+        server = HostServer(host)
+        runner = acp_runner.AcpAgentRunner(server, acp_runner.AcpAgentCommand(
+            command=sys.executable, args=(HOSTILE_ACP, "silent-switch")),
+            close_timeout=0.5, request_timeout=1.0)
+        pid: int | None = None
+        try:
+            await runner.start()
+            assert runner.process is not None
+            pid = runner.process.pid
+            client = JsonClient(server)
+            client.timeout = TIMEOUT
+            await client.request("initialize", {"protocolVersions": ["0.7.0"],
+                                                "clientId": "ide"})
+            await client.request("createSession", {"channel": SESSION})
+            client.dispatch(CHAT, t.ChatTurnStartedAction(
+                turn_id="t1", started_at=iso(1_767_225_600_000),
+                message=t.Message(text="go", origin=USER, model=t.ModelSelection(id="b"))))
+            started = time.monotonic()
+            await client.until(lambda: client.chat(CHAT).active_turn is None
+                               and len(client.chat(CHAT).turns) == 1)
+            assert time.monotonic() - started < 10.0
+            assert client.chat(CHAT).turns[0].state == t.TurnState.COMPLETE
+            await asyncio.wait_for(runner.close(), TIMEOUT)
+            await poll(lambda: not alive(pid))
+        finally:
+            if pid is not None:
+                kill_all({pid})
+
+    run(main())
+
+
 # -- agents that do not read their stdin (the bound lowered, in process) ------------------------
 
 

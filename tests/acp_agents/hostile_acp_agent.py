@@ -15,6 +15,8 @@ stdin/stdout (no SDK, so it can write what no SDK would).  What it does at
 * ``silent``: never answers its first prompt and ignores ``session/cancel``; answers
   later prompts (``end_turn``);
 * ``silent-new``: never answers ``session/new``;
+* ``silent-switch``: lists two models (``a``, ``b``) but never answers
+  ``session/set_model``; answers every prompt (``end_turn``);
 * ``exit``: exits with status 7; ``kill9``: SIGKILLs itself.
 
 Every mode ends within 120 s on its own (and at a broken pipe), so a failed
@@ -92,10 +94,15 @@ def main() -> None:
         elif method == "session/new":
             if mode == "silent-new":
                 continue
-            send({"id": request_id, "result": {"sessionId": "hostile-1"}})
+            result: dict[str, Any] = {"sessionId": "hostile-1"}
+            if mode == "silent-switch":
+                result["models"] = {"availableModels": [{"modelId": "a", "name": "A"},
+                                                        {"modelId": "b", "name": "B"}],
+                                    "currentModelId": "a"}
+            send({"id": request_id, "result": result})
         elif method == "session/prompt":
             prompts += 1
-            if mode == "silent" and prompts > 1:
+            if (mode == "silent" and prompts > 1) or mode == "silent-switch":
                 send({"id": request_id, "result": {"stopReason": "end_turn"}})
                 continue
             send({"method": "session/update", "params": {

@@ -192,10 +192,14 @@ async def acp_turn_error(client: Any, count: int = 1) -> t.ErrorInfo:
     return turn.error
 
 
-async def stops_clean(proc: asyncio.subprocess.Process, agents: set[int]) -> None:
-    """``serve`` exits 0 on SIGTERM and leaves no agent process and no zombie."""
+async def stops_clean(proc: asyncio.subprocess.Process, agents: set[int],
+                      tmp_path: Path) -> None:
+    """``serve`` exits 0 on SIGTERM, leaves no agent process and no zombie, and logged
+    no traceback."""
     assert await stop(proc) == 0
     assert agents and not [p for p in agents if alive(p)], "an agent process outlived serve"
+    log = (tmp_path / "serve.err").read_text()
+    assert "Traceback" not in log, log[-3000:]
 
 
 def test_acp_agent_writing_an_endless_line(tmp_path: Path) -> None:
@@ -211,7 +215,7 @@ def test_acp_agent_writing_an_endless_line(tmp_path: Path) -> None:
             assert "line longer than" in error.message, error
             assert watch.peak < RSS_BOUND
             await poll(lambda: not zombies(proc.pid) and not any(alive(p) for p in agents))
-            await stops_clean(proc, agents)
+            await stops_clean(proc, agents, tmp_path)
 
     run(main())
 
@@ -235,12 +239,12 @@ def test_acp_agent_flooding_stdout(tmp_path: Path, mode: str) -> None:
                 error = await acp_turn_error(client)
                 assert error.message == ("the agent asked more than 256 questions at once: "
                                          "the host stopped it"), error
-                await stops_clean(proc, agents)
+                await stops_clean(proc, agents, tmp_path)
                 return
             # what is dropped is dropped: a client's cancel still ends the turn
             await client.dispatch(CHAT, t.ChatTurnCancelledAction(turn_id="t1", duration=1))
             await client.wait_for_state(CHAT, ended(1), confirmed=True, timeout=TIMEOUT)
-            await stops_clean(proc, agents)
+            await stops_clean(proc, agents, tmp_path)
 
     run(main())
 
@@ -261,7 +265,7 @@ def test_acp_agent_ignoring_a_cancel_does_not_hold_the_next_turn(tmp_path: Path)
                                                 timeout=TIMEOUT)
             assert [turn.state for turn in chat_of(state).turns] == [
                 t.TurnState.CANCELLED, t.TurnState.COMPLETE]
-            await stops_clean(proc, agents)
+            await stops_clean(proc, agents, tmp_path)
 
     run(main())
 
@@ -328,7 +332,7 @@ def test_acp_agent_dying_while_a_prompt_runs(tmp_path: Path, mode: str) -> None:
             assert error.message == f"the agent exited with status {status}", error
             with pytest.raises(Exception, match="not running"):
                 await client.create_session("ahp-session:/h2")
-            await stops_clean(proc, agents)
+            await stops_clean(proc, agents, tmp_path)
 
     run(main())
 
@@ -363,7 +367,7 @@ def test_pi_agent_writing_an_endless_line(tmp_path: Path) -> None:
             await poll(lambda: not children(proc.pid))  # reaped: not even a zombie
             await client.dispatch(CHAT, turn_started("t2"))
             assert (await acp_turn_error(client, 2)).message == error.message
-            await stops_clean(proc, agents)
+            await stops_clean(proc, agents, tmp_path)
 
     run(main())
 
@@ -392,7 +396,7 @@ def test_pi_agent_flooding_stdout(tmp_path: Path, mode: str) -> None:
                 assert len(questions) == 64
             await client.dispatch(CHAT, t.ChatTurnCancelledAction(turn_id="t1", duration=1))
             await client.wait_for_state(CHAT, ended(1), confirmed=True, timeout=TIMEOUT)
-            await stops_clean(proc, agents)
+            await stops_clean(proc, agents, tmp_path)
 
     run(main())
 
@@ -414,7 +418,7 @@ def test_pi_agent_ignoring_abort_is_stopped(tmp_path: Path) -> None:
             assert error.message == ("the agent did not answer abort within 10 s: "
                                      "the host stopped it"), error
             await poll(lambda: not children(proc.pid))
-            await stops_clean(proc, agents)
+            await stops_clean(proc, agents, tmp_path)
 
     run(main())
 
@@ -435,7 +439,7 @@ def test_pi_agent_dying_while_a_prompt_runs(tmp_path: Path, mode: str) -> None:
             assert (await acp_turn_error(client, 2)).message == error.message
             agents |= await pi_session(client, proc, "ahp-session:/h2", "ahp-chat:/h2")
             assert len(children(proc.pid)) == 1
-            await stops_clean(proc, agents)
+            await stops_clean(proc, agents, tmp_path)
 
     run(main())
 
@@ -455,7 +459,7 @@ def test_serve_stops_while_an_agent_ignores_everything(tmp_path: Path, kind: str
             await client.wait_for_state(CHAT, replying,
                                         confirmed=True, timeout=TIMEOUT)
             started = time.monotonic()
-            await stops_clean(proc, agents)
+            await stops_clean(proc, agents, tmp_path)
             assert time.monotonic() - started < 15.0
 
     run(main())

@@ -37,8 +37,14 @@ readable and every new turn ends with ``chat/error`` ``NotResumable``.
 
 The agent's requests are read as raw JSON (the SDK's low-level connection),
 so the bridge sees exactly what the agent sent, whatever schema version it
-was built against.  The agent may not read or write files or run terminals
-through the host: the runner advertises neither ``fs`` nor ``terminal``.
+was built against; its stdout is read through a bounded reader of this
+module, not the SDK's (which holds a line whole whatever its length).  An
+agent that breaks a bound (a line over ``max_line_bytes``, more than
+``MAX_WAITING_REQUESTS`` requests waiting, ``MAX_UNREAD_BYTES`` of its stdin
+unread) is stopped, and every turn ends with ``chat/error`` saying which;
+every request but ``session/prompt`` has a deadline (``request_timeout``).
+The agent may not read or write files or run terminals through the host: the
+runner advertises neither ``fs`` nor ``terminal``.
 
 The agent runs in a process group of its own (:mod:`.processes`; not the
 SDK's ``spawn_stdio_transport``, which signals only its direct child and

@@ -26,7 +26,11 @@ chat through a :class:`~agenthost_protocol.bridges.pi.PiBridge`:
 The session is ready once the agent answers ``get_state`` (or xcsh says
 ``ready``); an agent that cannot be spawned, or exits or stays silent
 before that, fails the session (``session/creationFailed``).  An agent that
-exits later ends its active turn with ``chat/error``.  Disposing a session,
+exits later ends its active turn with ``chat/error``, and so does every
+later turn of its session.  One that writes a line over 64 MiB, leaves 64
+MiB of its stdin unread, or does not answer ``abort`` within
+``cancel_timeout`` is stopped, with that as the error; bad lines and
+unknown frames are dropped, their log lines throttled.  Disposing a session,
 or :meth:`~PiAgentRunner.close`, stops its process, bounded: ``abort`` when
 a run goes on, stdin closed, then SIGTERM and SIGKILL to its whole group.
 

@@ -7,6 +7,8 @@ stdin/stdout (no SDK, so it can write what no SDK would).  What it does at
 * ``flood-garbage``: writes lines that are not JSON, as fast as the pipe takes them;
 * ``flood-unknown``: writes valid ``session/update`` notifications for a session
   nobody has, as fast as the pipe takes them;
+* ``flood-reply``: streams its reply (``agent_message_chunk``) as fast as the pipe
+  takes it;
 * ``flood-permission``: asks ``session/request_permission`` for the prompt's session
   without end, never reading the answers (the host must not keep them all waiting);
 * ``flood-requests``: sends requests of a method nobody has without end, never reading
@@ -65,6 +67,11 @@ def misbehave(mode: str) -> None:
                                                        "kind": "allow_once"}]}})
                           + "\n").encode() for n in range(256))
         forever(lines)
+    elif mode == "flood-reply":
+        line = json.dumps({"jsonrpc": "2.0", "method": "session/update", "params": {
+            "sessionId": "hostile-1", "update": {"sessionUpdate": "agent_message_chunk",
+                                                 "content": {"type": "text", "text": "x" * 64}}}})
+        forever((line + "\n").encode() * 256)
     elif mode == "flood-requests":
         forever(b"".join((json.dumps({"jsonrpc": "2.0", "id": f"r{n}", "method": "x/what",
                                       "params": {"sessionId": "hostile-1"}})

@@ -37,8 +37,14 @@ readable and every new turn ends with ``chat/error`` ``NotResumable``.
 
 The agent's requests are read as raw JSON (the SDK's low-level connection),
 so the bridge sees exactly what the agent sent, whatever schema version it
-was built against.  The agent may not read or write files or run terminals
-through the host: the runner advertises neither ``fs`` nor ``terminal``.
+was built against; its stdout is read through a bounded reader of this
+module, not the SDK's (which holds a line whole whatever its length).  An
+agent that breaks a bound (a line over ``max_line_bytes``, more than
+``MAX_WAITING_REQUESTS`` requests waiting, ``MAX_UNREAD_BYTES`` of its stdin
+unread) is stopped, and every turn ends with ``chat/error`` saying which;
+every request but ``session/prompt`` has a deadline (``request_timeout``).
+The agent may not read or write files or run terminals through the host: the
+runner advertises neither ``fs`` nor ``terminal``.
 
 The agent runs in a process group of its own (:mod:`.processes`; not the
 SDK's ``spawn_stdio_transport``, which signals only its direct child and
@@ -51,8 +57,10 @@ group, every step bounded, so neither the agent nor what it started
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import itertools
+import json
 import logging
 import os
 from collections.abc import Callable, Coroutine, Iterable, Mapping
@@ -80,10 +88,12 @@ from ..bridges.acp import (
     PromptCapabilities,
     acp_error_message,
 )
+from ..bridges.pi_frames import DEFAULT_MAX_LINE_BYTES, JsonLinesDecoder, MalformedLine
 from ..host import Host, HostStore
 from .base import Agent, AgentError, NewSession
 from .driver import AgentDriver
 from .processes import AgentProcess as _AgentProcess
+from .processes import LogThrottle as _LogThrottle
 from .processes import spawn_agent_process as _spawn_agent_process
 from .processes import until as _until
 from .turn import Turn
@@ -100,6 +110,83 @@ ACP_PROTOCOL_VERSION: Final = 1
 
 META_KEY: Final = "acp"
 """The key of a session's ``_meta`` that holds its ACP ``sessionId`` and ``cwd``."""
+
+MAX_LINE_BYTES: Final = DEFAULT_MAX_LINE_BYTES
+"""64 MiB: a longer line on the agent's stdout stops the agent (a tool call's diff may be big;
+the SDK's own reader keeps a line whole whatever its size)."""
+
+_READ_CHUNK: Final = 64 * 1024
+
+MAX_WAITING_REQUESTS: Final = 256
+"""The agent's requests (permissions, elicitations) that may wait for clients at once; one
+more stops the agent (each shows a tool call or a question: a flood would bury the chat)."""
+
+MAX_UNREAD_BYTES: Final = 64 * 1024 * 1024
+"""What may wait in the pipe to an agent that does not read its stdin; past it the agent
+is stopped (every answer to it would be kept)."""
+
+
+class _AgentStdio:
+    """The agent's stdio as the SDK connection's message transport, bounded.
+
+    The SDK's own stdio transport joins the chunks of a line whatever its
+    length (one line of gigabytes is held whole) and logs a traceback for every
+    line that is not JSON.  Here a line past ``max_line_bytes`` is never kept:
+    ``on_overflow`` is told (the runner stops the agent) and the stream ends;
+    lines that are not JSON objects are dropped, their warnings throttled.
+    """
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *,
+                 max_line_bytes: int, on_overflow: Callable[[str], None]) -> None:
+        self._reader = reader
+        self._writer = writer
+        self._max = max_line_bytes
+        self._decoder = JsonLinesDecoder(max_line_bytes=max_line_bytes)
+        self._ready: collections.deque[dict[str, Any]] = collections.deque()
+        self._ended = False
+        self._given_up = False
+        self._on_overflow = on_overflow
+        self._bad = _LogThrottle(log)
+
+    async def send(self, message: dict[str, Any]) -> None:
+        if self._writer.transport.get_write_buffer_size() > MAX_UNREAD_BYTES:
+            self._on_overflow(f"the agent left more than {MAX_UNREAD_BYTES} bytes of its "
+                              f"stdin unread")
+            raise ConnectionError("the agent does not read its stdin")
+        # one write() per message: concurrent senders never interleave inside a line
+        self._writer.write(json.dumps(message, separators=(",", ":")).encode() + b"\n")
+        await self._writer.drain()
+
+    async def receive(self) -> dict[str, Any] | None:
+        while not self._ready:
+            if self._ended:
+                return None
+            data = await self._reader.read(_READ_CHUNK)
+            if self._given_up:  # the runner gave up on the agent meanwhile
+                return None
+            frames = self._decoder.feed(data) if data else self._decoder.close()
+            self._ended = not data
+            for frame in frames:
+                if not isinstance(frame, MalformedLine):
+                    self._ready.append(dict(frame))
+                elif frame.too_long:
+                    self._ended = True
+                    self._ready.clear()
+                    self._on_overflow(f"the agent wrote a line longer than {self._max} bytes "
+                                      f"on its stdout")
+                    return None
+                else:
+                    self._bad.log("ACP agent: line %d skipped (%s): %r", frame.line,
+                                      frame.reason, frame.excerpt)
+        return self._ready.popleft()
+
+    def end(self) -> None:
+        """Read nothing more: what the agent writes from now on is dropped."""
+        self._ended = self._given_up = True
+        self._ready.clear()
+
+    async def close(self) -> None:
+        self.end()
 
 
 
@@ -169,7 +256,13 @@ class AcpAgentRunner(Agent):
     root should list it: :func:`acp_root_state`); ``session_cwd`` is the
     ``cwd`` of ``session/new`` when a client names no working directory
     (default: the host's current directory); ``close_timeout`` bounds each
-    step of stopping the agent; ``resume_timeout`` bounds ``session/load``.
+    step of stopping the agent; ``resume_timeout`` bounds ``session/load``;
+    ``request_timeout`` bounds every other request but ``session/prompt``
+    (``session/new``, model and mode switches, ``session/close``); a prompt
+    whose turn is over (cancelled) is waited for ``cancel_timeout`` seconds
+    after ``session/cancel``, then the session's next prompt goes out anyway;
+    a line longer than ``max_line_bytes`` on the agent's stdout stops the
+    agent (every turn ends with ``chat/error`` saying so).
     """
 
     manages_chats = True
@@ -185,6 +278,9 @@ class AcpAgentRunner(Agent):
         start_timeout: float = 30.0,
         close_timeout: float = 2.0,
         resume_timeout: float = 30.0,
+        request_timeout: float = 60.0,
+        cancel_timeout: float = 5.0,
+        max_line_bytes: int = MAX_LINE_BYTES,
     ) -> None:
         self._server = server
         self._agent = agent
@@ -193,7 +289,14 @@ class AcpAgentRunner(Agent):
         self._start_timeout = start_timeout
         self._close_timeout = close_timeout
         self._resume_timeout = resume_timeout
+        self._request_timeout = request_timeout
+        self._cancel_timeout = cancel_timeout
+        self._max_line_bytes = max_line_bytes
+        self._failure: str | None = None
+        """Why the runner stopped the agent itself (it broke a bound), for the turns' errors."""
+        self._unknown = _LogThrottle(log, logging.INFO)
         self._conn: Connection | None = None
+        self._stdio: _AgentStdio | None = None
         self._group: _AgentProcess | None = None
         self._caps = PromptCapabilities()
         self._closes_sessions = False
@@ -251,7 +354,11 @@ class AcpAgentRunner(Agent):
             )
             self._group = group
             assert group.process.stdin is not None and group.process.stdout is not None
-            conn = Connection(self._on_agent, group.process.stdin, group.process.stdout)
+            stdio = _AgentStdio(group.process.stdout, group.process.stdin,
+                                max_line_bytes=self._max_line_bytes,
+                                on_overflow=self._misbehaved)
+            self._stdio = stdio
+            conn = Connection(self._on_agent, stdio)
             self._conn = conn
             self._running = True
             result: object = await asyncio.wait_for(conn.send_request("initialize", {
@@ -334,12 +441,27 @@ class AcpAgentRunner(Agent):
         if self._closing or not self._running:
             return
         self._running = False
-        log.warning("the ACP agent exited with status %s", code)
+        reason = self._failure or f"the agent exited with status {code}"
+        log.warning("the ACP agent is gone: %s", reason)
         for bridge in list(self._bridges.values()):
-            self._carry(bridge, bridge.agent_closed(f"the agent exited with status {code}"))
+            self._carry(bridge, bridge.agent_closed(reason))
         for future in self._waiting.values():
             future.cancel()
         # what it started (tools, a native binary) has nobody to answer to any more
+        await group.stop(self._close_timeout)
+
+    def _misbehaved(self, reason: str) -> None:
+        """The agent broke a bound the host keeps: it is stopped, its turns end with ``reason``."""
+        if self._failure is not None or self._closing:
+            return
+        self._failure = f"{reason}: the host stopped it"
+        if self._stdio is not None:
+            self._stdio.end()
+        group = self._group
+        if group is not None:
+            self._spawn(self._stop_group(group))
+
+    async def _stop_group(self, group: _AgentProcess) -> None:
         await group.stop(self._close_timeout)
 
     def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
@@ -366,8 +488,8 @@ class AcpAgentRunner(Agent):
         try:
             if conn is None or not self._running:
                 raise ConnectionError("the agent is gone")
-            result: object = await conn.send_request("session/new", {"cwd": cwd,
-                                                                      "mcpServers": []})
+            result: object = await asyncio.wait_for(conn.send_request(
+                "session/new", {"cwd": cwd, "mcpServers": []}), self._request_timeout)
             session_id = result.get("sessionId") if isinstance(result, Mapping) else None
             if not isinstance(session_id, str) or not session_id:
                 raise RequestError(-32603, "session/new gave no sessionId")
@@ -376,6 +498,9 @@ class AcpAgentRunner(Agent):
                              error_type="acp:session/new") from e
         except ConnectionError as e:
             raise AgentError(str(e) or type(e).__name__, error_type="acp:session/new") from e
+        except asyncio.TimeoutError as e:
+            raise AgentError(f"the agent did not answer session/new within "
+                             f"{self._request_timeout:g} s", error_type="acp:session/new") from e
         setup = AcpSessionSetup.from_new_session(result)
         bridge = AcpBridge(
             acp_session_id=session_id, session=session.uri, chat=session.chat,
@@ -535,7 +660,8 @@ class AcpAgentRunner(Agent):
         bridge = self._route(params)
         if is_notification:
             if bridge is None:
-                log.info("ACP notification %r for no known session skipped", method)
+                self._unknown.log("ACP notification %r for no known session skipped",
+                                      method)
             else:
                 self._carry(bridge, bridge.receive_notification(method, params))
             return None
@@ -545,6 +671,10 @@ class AcpAgentRunner(Agent):
             if method == "elicitation/create":
                 return {"action": "cancel"}
             raise RequestError.method_not_found(method)
+        if len(self._waiting) >= MAX_WAITING_REQUESTS:
+            self._misbehaved(f"the agent asked more than {MAX_WAITING_REQUESTS} questions "
+                             f"at once")
+            raise RequestError.internal_error({"details": "too many requests waiting"})
         number = next(self._numbers)
         future: asyncio.Future[BridgeOutput] = asyncio.get_running_loop().create_future()
         self._waiting[number] = future
@@ -580,6 +710,8 @@ class AcpAgentRunner(Agent):
                 self._spawn(self._request(bridge, output))
             elif isinstance(output, AcpNotification):
                 self._spawn(self._notify(output))
+                if output.method == "session/cancel":
+                    self._spawn(self._cancel_deadline(bridge))
             else:
                 future = self._waiting.get(output.request_id)  # type: ignore[arg-type]
                 if future is not None and not future.done():
@@ -587,14 +719,28 @@ class AcpAgentRunner(Agent):
         self.driver.dispatch_actions(actions)
         self._changed.set()
 
+    async def _cancel_deadline(self, bridge: AcpBridge) -> None:
+        await asyncio.sleep(self._cancel_timeout)
+        if self._running and self._bridges.get(bridge.acp_session_id) is bridge:
+            self._carry(bridge, bridge.forget_cancelled_prompts())
+
     async def _request(self, bridge: AcpBridge, request: AcpRequest) -> None:
         conn = self._conn
         if conn is None or not self._running:
             return
         if self._closing and request.method == "session/prompt":
             return  # a held prompt released while stopping: the turn ends with the agent
+        # a prompt may work for hours (a client's cancel ends its turn); anything else
+        # the agent leaves unanswered would hold the session (a model switch holds the
+        # next prompt)
+        timeout = None if request.method == "session/prompt" else self._request_timeout
         try:
-            result: object = await conn.send_request(request.method, dict(request.params))
+            result: object = await asyncio.wait_for(
+                conn.send_request(request.method, dict(request.params)), timeout)
+        except asyncio.TimeoutError:
+            outputs = bridge.receive_error(
+                request.token, -32603, f"the agent did not answer {request.method} within "
+                f"{self._request_timeout:g} s")
         except RequestError as e:
             outputs = bridge.receive_error(request.token, e.code, str(e), e.data)
         except ConnectionError:

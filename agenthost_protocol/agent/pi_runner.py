@@ -26,7 +26,11 @@ chat through a :class:`~agenthost_protocol.bridges.pi.PiBridge`:
 The session is ready once the agent answers ``get_state`` (or xcsh says
 ``ready``); an agent that cannot be spawned, or exits or stays silent
 before that, fails the session (``session/creationFailed``).  An agent that
-exits later ends its active turn with ``chat/error``.  Disposing a session,
+exits later ends its active turn with ``chat/error``, and so does every
+later turn of its session.  One that writes a line over 64 MiB, leaves 64
+MiB of its stdin unread, or does not answer ``abort`` within
+``cancel_timeout`` is stopped, with that as the error; bad lines and
+unknown frames are dropped, their log lines throttled.  Disposing a session,
 or :meth:`~PiAgentRunner.close`, stops its process, bounded: ``abort`` when
 a run goes on, stdin closed, then SIGTERM and SIGKILL to its whole group.
 
@@ -51,9 +55,9 @@ import contextlib
 import itertools
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 from urllib.parse import unquote, urlparse
 
 from attrs import field, frozen
@@ -65,7 +69,7 @@ from ..bridges.pi_frames import encode_frame
 from ..host import Host
 from .base import Agent, AgentError, NewSession
 from .driver import AgentDriver
-from .processes import AgentProcess, spawn_agent_process, until
+from .processes import AgentProcess, LogThrottle, spawn_agent_process, until
 from .turn import Turn
 
 __all__ = ["PI_PROVIDER", "PiAgentCommand", "PiAgentRunner", "pi_agent_info", "pi_root_state"]
@@ -76,6 +80,8 @@ PI_PROVIDER: Final = "pi"
 """The default provider id of the pi agent in the root state."""
 
 _READ_CHUNK: Final = 64 * 1024
+_MAX_UNSENT: Final = 64 * 1024 * 1024
+"""Bytes queued for an agent that does not read its stdin; past them it is stopped."""
 
 META_KEY: Final = "pi"
 """The key of a session's ``_meta`` that holds pi's ``sessionFile``."""
@@ -136,6 +142,12 @@ class _PiProcess:
         """Its session is ready (created, or resumed): its session file is recorded."""
         self.recorded: str | None = None
         """The session file last written into the session's ``_meta``."""
+        self.failure: str | None = None
+        """Why the runner stopped the agent itself (it broke a bound), for the turn's error."""
+        self.skipped = 0
+        """The bridge's count of skipped frames, as last logged."""
+        self.unsent = 0
+        """Bytes queued for the agent's stdin and not taken by the pipe yet."""
 
 
 class PiAgentRunner(Agent):
@@ -146,7 +158,11 @@ class PiAgentRunner(Agent):
     ``start_timeout`` bounds the wait for the agent's first answer;
     ``idle_tick`` is the quiet time before the bridge's tick; ``close_timeout``
     bounds each step of stopping a process; ``resume_timeout`` bounds the
-    answer to ``switch_session``.
+    answer to ``switch_session``; an agent that has not answered ``abort``
+    (a client's cancel) within ``cancel_timeout`` seconds is stopped.  A line
+    longer than the bridge's bound (64 MiB) on an agent's stdout stops that
+    agent.  Either way its turn ends with ``chat/error`` saying why, and so
+    does every later turn of its session.
     """
 
     manages_chats = True
@@ -163,6 +179,7 @@ class PiAgentRunner(Agent):
         idle_tick: float = 0.5,
         close_timeout: float = 3.0,
         resume_timeout: float = 30.0,
+        cancel_timeout: float = 10.0,
     ) -> None:
         self._server = server
         self._agent = agent
@@ -173,6 +190,9 @@ class PiAgentRunner(Agent):
         self._idle_tick = idle_tick
         self._close_timeout = close_timeout
         self._resume_timeout = resume_timeout
+        self._cancel_timeout = cancel_timeout
+        self._bad_lines = LogThrottle(log)
+        self._unknown_frames = LogThrottle(log, logging.INFO)
         self._agents: dict[str, _PiProcess] = {}
         """AHP session and chat URIs -> the agent."""
         self._ids = itertools.count(1)
@@ -400,7 +420,15 @@ class PiAgentRunner(Agent):
     def _carry(self, agent: _PiProcess, out: PiOutput) -> None:
         bridge = agent.bridge
         for command in out.commands:
-            agent.outbox.put_nowait(encode_frame(command))
+            frame = encode_frame(command)
+            if agent.unsent + len(frame) > _MAX_UNSENT:
+                self._fail(agent, f"the agent left more than {_MAX_UNSENT} bytes of its stdin "
+                                  f"unread")
+                break
+            agent.unsent += len(frame)
+            agent.outbox.put_nowait(frame)
+            if command["type"] == "abort" and not agent.exited.is_set():
+                self._watch_abort(agent)
         self.driver.dispatch_actions((d.channel, d.action) for d in out.actions)
         if bridge.models:
             self.driver.set_models(bridge.models)
@@ -411,6 +439,51 @@ class PiAgentRunner(Agent):
         agent.changed.set()
 
     # -- the processes -----------------------------------------------------------------------
+
+    def _watch_abort(self, agent: _PiProcess) -> None:
+        """An agent that does not answer ``abort`` in time is hung: it is stopped, or the
+        session's next prompt (held until the agent is idle) would wait forever."""
+        async def deadline() -> None:
+            await asyncio.sleep(self._cancel_timeout)
+            if agent.bridge.aborting and not agent.exited.is_set():
+                self._fail(agent, f"the agent did not answer abort within "
+                                  f"{self._cancel_timeout:g} s")
+        self._spawn(agent, deadline())
+
+    def _spawn(self, agent: _PiProcess, coroutine: Coroutine[Any, Any, None]) -> None:
+        """A task of ``agent`` (cancelled when it is stopped), forgotten once done."""
+        task = asyncio.get_running_loop().create_task(coroutine)
+        agent.tasks.append(task)
+
+        def done(task: asyncio.Task[None]) -> None:
+            if task in agent.tasks:
+                agent.tasks.remove(task)
+        task.add_done_callback(done)
+
+    def _fail(self, agent: _PiProcess, reason: str) -> None:
+        """The agent broke a bound: stop it; its turn ends with ``reason`` (``_read``)."""
+        if agent.failure is not None or agent.exited.is_set():
+            return
+        agent.failure = f"{reason}: the host stopped it"
+        log.warning("pi: %s", agent.failure)
+        async def stop() -> None:
+            await agent.group.stop(self._close_timeout)
+        self._spawn(agent, stop())
+
+    def _checked(self, agent: _PiProcess, out: PiOutput) -> PiOutput:
+        """The bad lines and the skipped frames of ``out`` logged, throttled; a line over
+        the bound stops the agent."""
+        for bad in out.malformed:
+            if bad.too_long:
+                self._fail(agent, f"the agent wrote a {bad.reason} on its stdout")
+            else:
+                self._bad_lines.log("pi: line %d of the agent skipped (%s): %r", bad.line,
+                                    bad.reason, bad.excerpt)
+        count, kind = agent.bridge.skipped_frames
+        if count != agent.skipped:
+            agent.skipped = count
+            self._unknown_frames.log("pi: a frame of the agent skipped: %s", kind)
+        return out
 
     async def _read(self, agent: _PiProcess) -> None:
         stdout = agent.process.stdout
@@ -424,15 +497,19 @@ class PiAgentRunner(Agent):
                     continue
                 if not data:
                     break
-                self._carry(agent, agent.bridge.receive_data(data))
+                self._carry(agent, self._checked(agent, agent.bridge.receive_data(data)))
+                if agent.failure is not None:
+                    break
         except (OSError, ValueError) as e:
             log.warning("pi: reading the agent failed: %s", e)
+        if agent.failure is not None:
+            await agent.group.stop(self._close_timeout)
         await agent.group.wait_exit(self._close_timeout)
         code = agent.process.returncode
         agent.exited.set()
         agent.outbox.put_nowait(None)
-        reason = f"the agent exited with status {code}" if code is not None else (
-            "the agent closed its output")
+        reason = agent.failure or (f"the agent exited with status {code}" if code is not None
+                                   else "the agent closed its output")
         if not self._closing:
             log.warning("pi: %s", reason)
         self._carry(agent, agent.bridge.end_of_output(reason))
@@ -446,6 +523,7 @@ class PiAgentRunner(Agent):
             while (data := await agent.outbox.get()) is not None:
                 stdin.write(data)
                 await stdin.drain()
+                agent.unsent -= len(data)
         except (OSError, ConnectionError) as e:
             log.info("pi: writing to the agent failed: %s", e)
 

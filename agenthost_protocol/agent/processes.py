@@ -17,10 +17,11 @@ import logging
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Final
 
-__all__ = ["AgentProcess", "spawn_agent_process", "until"]
+__all__ = ["AgentProcess", "LogThrottle", "spawn_agent_process", "until"]
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,38 @@ async def until(condition: Callable[[], bool], timeout: float) -> bool:
             return False
         await asyncio.sleep(_POLL)
     return True
+
+
+class LogThrottle:
+    """A log line at most once every ``interval`` seconds; the next says how many were left out.
+
+    An agent can write millions of bad lines a second: one log line for each
+    would flood the host's own output and spend its time formatting them.
+    """
+
+    def __init__(self, logger: logging.Logger, level: int = logging.WARNING,
+                 interval: float = 1.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self._log = logger
+        self._level = level
+        self._interval = interval
+        self._clock = clock
+        self._last: float | None = None
+        self._skipped = 0
+
+    @property
+    def skipped(self) -> int:
+        """The warnings left out since the last one logged."""
+        return self._skipped
+
+    def log(self, message: str, *args: object) -> None:
+        now = self._clock()
+        if self._last is not None and now - self._last < self._interval:
+            self._skipped += 1
+            return
+        if self._skipped:
+            message += f" ({self._skipped} more like it not logged)"
+        self._last, self._skipped = now, 0
+        self._log.log(self._level, message, *args)
 
 
 class _ExitProtocol(asyncio.subprocess.SubprocessStreamProtocol):

@@ -841,6 +841,26 @@ class AcpBridge:
                 log.debug("ACP bridge: error for unknown token %r skipped", token)
         return out
 
+    def forget_cancelled_prompts(self) -> list[BridgeOutput]:
+        """The agent did not answer the prompts of turns that are over (cancelled,
+        replaced) in time: stop waiting for them, and send the prompt held behind them.
+
+        A later answer to one of them is skipped.  The runner calls this some
+        seconds after ``session/cancel``: an agent that ignores the cancel does
+        not hold the session's next turn forever.
+        """
+        with self._collect() as out:
+            current = self._turn.prompt if self._turn is not None else None
+            stale = [token for token in self._prompts if token != current]
+            for token in stale:
+                del self._prompts[token]
+            if stale:
+                log.warning("ACP bridge: the agent did not answer %d cancelled prompt(s) of "
+                            "session %s; no longer waiting", len(stale), self.acp_session_id)
+                self._release_held()
+                self._consume_queued()
+        return out
+
     def agent_closed(self, reason: str = "the agent exited") -> list[BridgeOutput]:
         """The agent is gone: end the active turn with ``chat/error``, forget what is pending.
 

@@ -140,6 +140,12 @@ CONFIRM_QUESTION: Final = "answer"
 _DENY_WORDS: Final = re.compile(r"\b(no|deny|denied|reject|block|cancel|abort|never|skip)\b", re.I)
 
 _DIALOGS: Final = frozenset({"select", "confirm", "input", "editor"})
+MAX_OPEN_DIALOGS: Final = 64
+"""Dialogs that may wait for a client at once; the agent's next one is cancelled at once
+(each is a question in the chat: a flood would bury it)."""
+MAX_STATUSES: Final = 32
+"""``setStatus`` keys kept (they make the session's activity line); more are ignored."""
+MAX_STATUS_CHARS: Final = 1024
 
 
 # -- reading untrusted JSON ------------------------------------------------------------
@@ -406,6 +412,8 @@ class PiBridge:
         self._acked: set[str] = set()
         self._prompt_ids: dict[str, str] = {}
         self._aborts: set[str] = set()
+        self._skipped = 0
+        self._skipped_kind = ""
         self._held: tuple[str, PromptCommand] | None = None
         self._continuing: str | None = None
         """A turn kept open across ``agent_end`` (retry or overflow compaction)."""
@@ -437,6 +445,18 @@ class PiBridge:
     def agent_version(self) -> str | None:
         """The version in xcsh's ``ready`` frame."""
         return self._version
+
+    @property
+    def skipped_frames(self) -> tuple[int, str]:
+        """How many frames were skipped or refused (no type, a type pi does not have, a
+        dialog nobody can answer) and what the last was (the runner logs them, throttled:
+        an agent may write millions)."""
+        return self._skipped, self._skipped_kind
+
+    @property
+    def aborting(self) -> bool:
+        """Whether an ``abort`` was sent and not answered yet."""
+        return bool(self._aborts)
 
     @property
     def busy(self) -> bool:
@@ -548,8 +568,9 @@ class PiBridge:
         bad: list[MalformedLine] = []
         for frame in frames:
             if isinstance(frame, MalformedLine):
-                log.warning("pi: line %d is malformed (%s): %r", frame.line, frame.reason,
-                            frame.excerpt)
+                # the runner logs them, throttled: an agent may write millions
+                log.debug("pi: line %d is malformed (%s): %r", frame.line, frame.reason,
+                          frame.excerpt)
                 bad.append(frame)
             else:
                 self._guard(self._frame, frame)
@@ -595,7 +616,8 @@ class PiBridge:
     def _frame(self, frame: JsonObject) -> None:
         kind = frame.get("type")
         if not isinstance(kind, str):
-            log.warning("pi: a frame without a type: %.200r", frame)
+            log.debug("pi: a frame without a type: %.200r", frame)
+            self._skip("(no type)")
             return
         if self._deferred is not None and kind not in (
             "auto_retry_start", "auto_retry_end", "auto_compaction_start", "response",
@@ -603,9 +625,14 @@ class PiBridge:
             self._resolve_deferred()
         handler = _FRAME_HANDLERS.get(kind)
         if handler is None:
-            log.info("pi: unknown frame %r skipped", kind)
+            log.debug("pi: unknown frame %r skipped", kind)
+            self._skip(kind[:100])
             return
         handler(self, frame)
+
+    def _skip(self, what: str) -> None:
+        self._skipped += 1
+        self._skipped_kind = what
 
     def _on_ready(self, frame: JsonObject) -> None:
         self._ready = True
@@ -1149,9 +1176,11 @@ class PiBridge:
                 self._notify(f"{level.capitalize()}: {text}"
                              if level in ("warning", "error") else text)
         elif method == "setStatus":
-            key = _str(frame.get("statusKey")) or ""
-            value = _str(frame.get("statusText"))
-            if value:
+            key = (_str(frame.get("statusKey")) or "")[:MAX_STATUS_CHARS]
+            value = (_str(frame.get("statusText")) or "")[:MAX_STATUS_CHARS]
+            if value and key not in self._statuses and len(self._statuses) >= MAX_STATUSES:
+                self._skip("extension_ui_request setStatus (too many keys)")
+            elif value:
                 self._statuses[key] = value
             else:
                 self._statuses.pop(key, None)
@@ -1173,9 +1202,12 @@ class PiBridge:
 
     def _dialog(self, dialog_id: str, method: str, frame: JsonObject) -> None:
         turn = self._live()
-        if turn is None or dialog_id in self._dialogs:
+        if turn is None or dialog_id in self._dialogs or len(self._dialogs) >= MAX_OPEN_DIALOGS:
             # nobody could answer it in AHP: tell the extension at once rather than let it wait
-            log.info("pi: %s dialog %r outside a turn: cancelled", method, dialog_id)
+            log.debug("pi: %s dialog %r outside a turn or past %d open: cancelled", method,
+                      dialog_id, MAX_OPEN_DIALOGS)
+            self._skip(f"extension_ui_request {method} (cancelled: outside a turn, or too "
+                       f"many open)")
             self._commands.append(ExtensionUiResponse(type="extension_ui_response", id=dialog_id,
                                                       cancelled=True))
             return

@@ -318,6 +318,9 @@ class MalformedLine:
     """Why it was refused (invalid UTF-8, invalid JSON, not an object, too long)."""
     excerpt: str
     """The start of the line (at most 200 characters), for the log."""
+    too_long: bool = False
+    """The line passed ``max_line_bytes``: the rest of it up to its LF is dropped unread
+    (a runner may take it as the agent's fault and stop the agent)."""
 
 
 _EXCERPT: Final = 200
@@ -400,6 +403,7 @@ class JsonLinesDecoder:
             line=self._line,
             reason=f"line longer than {self._max} bytes",
             excerpt=head[:_EXCERPT].decode("utf-8", "replace"),
+            too_long=True,
         )
 
     def _parse(self, raw: bytes, out: list[JsonObject | MalformedLine]) -> None:

@@ -1159,5 +1159,5 @@ def test_the_module_imports_no_more_than_it_says() -> None:
                 if line.startswith(("import ", "from "))}
     assert imported <= {"__future__", "gc", "os", "sqlite3", "stat", "struct", "sys", "threading",
                         "collections.abc", "pathlib", "types", "typing",
-                        "agenthost_protocol.host.store"}
+                        "agenthost_protocol.host.store", "agenthost_protocol._user_dirs"}
     assert "asyncio" not in source

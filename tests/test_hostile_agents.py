@@ -41,6 +41,8 @@ HOSTILE_PI = str(HERE / "acp_agents" / "hostile_pi_agent.py")
 ROOT = "ahp-root://"
 SESSION, CHAT = "ahp-session:/h1", "ahp-chat:/h1"
 USER = t.MessageOrigin(kind=t.MessageKind.USER)
+FLOOD_SECONDS = 5.0 if os.environ.get("HYPOTHESIS_PROFILE") == "long" else 2.0
+"""How long a flooding agent is watched (the suite's time is counted)."""
 RSS_BOUND = 400 * 1024 * 1024
 """What ``serve`` may hold at most while an agent floods it (it starts at ~60 MB; a
 line it kept whole would be gigabytes)."""
@@ -231,7 +233,7 @@ def test_acp_agent_flooding_stdout(tmp_path: Path, mode: str) -> None:
             agents = children(proc.pid)
             watch = Watch(proc.pid)
             await acp_turn(client)
-            await watch.sample(client, 5.0)
+            await watch.sample(client, FLOOD_SECONDS)
             print(f"peak RSS {watch.peak / 2**20:.0f} MiB, slowest ping {watch.slowest:.3f} s")
             assert watch.peak < RSS_BOUND
             assert watch.slowest < 2.0
@@ -384,7 +386,7 @@ def test_pi_agent_flooding_stdout(tmp_path: Path, mode: str) -> None:
             agents = await pi_session(client, proc)
             watch = Watch(proc.pid)
             await client.dispatch(CHAT, turn_started("t1"))
-            await watch.sample(client, 5.0)
+            await watch.sample(client, FLOOD_SECONDS)
             print(f"peak RSS {watch.peak / 2**20:.0f} MiB, slowest ping {watch.slowest:.3f} s")
             assert watch.peak < RSS_BOUND
             assert watch.slowest < 2.0

@@ -79,8 +79,8 @@ from agenthost_protocol.host.store import (
     StoreError,
 )
 
-__all__ = ["SQLiteStore", "StoreInUse", "default_store_dir", "default_store_path",
-           "SCHEMA_VERSION", "APPLICATION_ID", "MIGRATIONS"]
+__all__ = ["SQLiteStore", "StoreFull", "StoreInUse", "default_store_dir", "default_store_path",
+           "SCHEMA_VERSION", "APPLICATION_ID", "MIGRATIONS", "DEFAULT_MAX_BYTES"]
 
 APPLICATION_ID = 0x41485031
 """``PRAGMA application_id`` of every store ("AHP1"): how a store tells its own
@@ -105,6 +105,11 @@ _LOG_SPAN = 1024
 """The most a log row written now may span (``last - first``); a store keeps the value
 it was created with in ``meta`` (``log_span``), as readers rely on it."""
 _MIN_INT = -(2**63)
+DEFAULT_MAX_BYTES = 1024**3
+"""The store budget ``serve`` gives a store unless told otherwise (1 GiB)."""
+_VACUUM_PAGES = 256
+"""Free pages (1 MiB at SQLite's default page size) worth giving back to the file system
+after a compaction: fewer are left for the next writes to reuse."""
 _TABLES = frozenset(
     {"meta", "log", "channels", "sessions", "owners", "clients", "content", "content_owners"}
 )
@@ -410,6 +415,11 @@ _PROBES = tuple(
 )
 
 
+class StoreFull(StoreError):
+    """A commit that would take the store past its budget (``max_bytes``): refused like
+    any failed write, so the host refuses the change and keeps serving."""
+
+
 class StoreInUse(StoreError):
     """The store file is held by another process (or another :class:`SQLiteStore` in this
     one): the refusal a second host of the same file gets."""
@@ -431,14 +441,26 @@ class SQLiteStore:
     tails of channels whose snapshot is older), so not on every commit.  ``0``
     compacts on every commit, as :class:`MemoryStore` does (the tests' setting)."""
 
+    compact_bytes: int = 4 * 1024 * 1024
+    """Compact also once this many bytes were logged since the last compaction, however
+    few seqs they took: a thousand envelopes of a megabyte each are a gigabyte."""
+
     def __init__(
         self,
         path: str | os.PathLike[str],
         *,
         ahp_version: str = "0.7.0",
         synchronous: str = "NORMAL",
+        max_bytes: int | None = None,
     ) -> None:
         sync = synchronous.upper()
+        if max_bytes is not None and max_bytes < 1:
+            raise ValueError(f"max_bytes must be positive, not {max_bytes}")
+        self.max_bytes = max_bytes
+        """The store budget (``None``: none): a commit that would hold more, and frees
+        nothing, is refused with :class:`StoreFull` (see :meth:`commit`)."""
+        self._logged = 0
+        """Bytes logged since the last compaction."""
         if sync not in _SYNCHRONOUS:
             raise ValueError(f"synchronous must be one of {', '.join(_SYNCHRONOUS)}, "
                              f"not {synchronous!r}")
@@ -579,6 +601,9 @@ class SQLiteStore:
                 # the file is ours from its first write, so a store killed while being
                 # created is recognised, and migrated from schema 0, when opened again
                 db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+                # before the first table: freed pages can then go back to the file system
+                # (see _vacuum); an existing store is converted below, once
+                db.execute("PRAGMA auto_vacuum = INCREMENTAL")
             else:
                 self._check_identity(application_id, version)
                 # our id, yet not our tables (schema 0 is the file before its tables)
@@ -626,10 +651,27 @@ class SQLiteStore:
             except BaseException:
                 self._rollback(db)
                 raise
+            self._reclaim(db)
         except sqlite3.Error as exc:
             if _is_busy(exc):
                 raise StoreInUse(self._line_is("in use by another process")) from exc
             raise self._error(exc) from exc
+
+    def _reclaim(self, db: sqlite3.Connection) -> None:
+        """Give the free pages back to the file system at open: a store from before
+        incremental auto-vacuum is converted (one VACUUM, as long as copying the file
+        takes), a store in that mode drops its free list.  Best effort: a store that
+        cannot (a full disk) opens as it is."""
+        try:
+            if db.execute("PRAGMA auto_vacuum").fetchone()[0] != 2:
+                db.execute("PRAGMA auto_vacuum = INCREMENTAL")
+                db.execute("VACUUM")  # applies the mode, and drops the free list
+            elif db.execute("PRAGMA freelist_count").fetchone()[0]:
+                db.executescript("PRAGMA incremental_vacuum")
+        except sqlite3.Error as exc:
+            if _is_corrupt(exc):
+                raise
+            self._rollback(db)
 
     def _log_top(self, db: sqlite3.Connection) -> int | None:
         (first,) = db.execute("SELECT max(first) FROM log").fetchone()
@@ -828,9 +870,24 @@ class SQLiteStore:
     # -- writes -----------------------------------------------------------------------
 
     def commit(self, batch: Batch) -> None:
+        """Write ``batch`` in one transaction.
+
+        With a budget (:attr:`max_bytes`), a batch that changes state (a
+        record sent to every subscriber, or stored content) and removes
+        nothing is refused with :class:`StoreFull` when the store's pages in
+        use and the batch's bytes would pass the budget, after a compaction
+        that did not free enough.  What stays allowed keeps the host usable
+        and bounded: removals (``disposeSession`` frees space), records
+        addressed to one client (rejections, pages of a view: the log is
+        compacted behind them) and the snapshots and clients that come with
+        them."""
         db = self._conn()
         floor = batch.log_floor
-        compact = self.compact_every <= 0 or floor - self._compacted >= self.compact_every
+        logged = self._logged + sum(len(record.data) for record in batch.log)
+        compact = self.compact_every <= 0 or floor - self._compacted >= self.compact_every or (
+            logged >= self.compact_bytes and floor > self._compacted)
+        if self.max_bytes is not None and _grows(batch):
+            self._check_budget(db, batch, floor)
         server_seq = max(self._server_seq, batch.server_seq)
         top = self._top
         try:
@@ -853,8 +910,55 @@ class SQLiteStore:
         self._top = top
         self._server_seq = server_seq
         self._floor = max(self._floor, floor)
+        self._logged = logged
         if compact:
             self._compacted = floor
+            self._logged = 0
+            self._vacuum(db)
+
+    @property
+    def size_bytes(self) -> int:
+        """The bytes of the store's pages in use (what :attr:`max_bytes` bounds): the
+        file less its free pages, the write-ahead log's newest pages included."""
+        return self._in_use(self._conn())
+
+    def _in_use(self, db: sqlite3.Connection) -> int:
+        try:
+            pages = db.execute("PRAGMA page_count").fetchone()[0]
+            free = db.execute("PRAGMA freelist_count").fetchone()[0]
+            size = db.execute("PRAGMA page_size").fetchone()[0]
+        except sqlite3.Error as exc:
+            raise self._error(exc) from exc
+        return int((pages - free) * size)
+
+    def _check_budget(self, db: sqlite3.Connection, batch: Batch, floor: int) -> None:
+        assert self.max_bytes is not None
+        wanted = _batch_bytes(batch)
+        used = self._in_use(db)
+        if used + wanted <= self.max_bytes:
+            return
+        floor = max(floor, self._floor)
+        if floor > self._compacted:
+            # what the log may drop first: the budget is for what the host keeps
+            self._floor = floor
+            self.compact()
+            used = self._in_use(db)
+            if used + wanted <= self.max_bytes:
+                return
+        raise StoreFull(self._line(
+            f"the store is full: {_mib(used)} of its {_mib(self.max_bytes)} budget in use"
+            f"{f' and {_mib(wanted)} more asked for' if wanted >= 1 << 20 else ''}; dispose "
+            "of sessions to free space (or give serve a larger --max-store-bytes)"))
+
+    def _vacuum(self, db: sqlite3.Connection) -> None:
+        """After a compaction's commit: free pages back to the file system (the file
+        shrinks at the next checkpoint).  Best effort, in a transaction of its own."""
+        try:
+            if db.execute("PRAGMA freelist_count").fetchone()[0] >= _VACUUM_PAGES:
+                # executescript steps it to the end; execute() would free one page only
+                db.executescript("PRAGMA incremental_vacuum")
+        except sqlite3.Error:
+            self._rollback(db)
 
     def _write_log(self, db: sqlite3.Connection, log: Sequence[LogRecord]) -> int:
         """Write ``log`` as rows; the largest seq the log then holds (or more)."""
@@ -941,6 +1045,8 @@ class SQLiteStore:
                 raise self._error(exc) from exc
             raise
         self._compacted = self._floor
+        self._logged = 0
+        self._vacuum(db)
 
     def _compact(self, db: sqlite3.Connection, floor: int) -> None:
         floor = max(min(floor, _MAX_INT), _MIN_INT)  # as SQLite can hold it: the same here
@@ -985,6 +1091,24 @@ class SQLiteStore:
     def __repr__(self) -> str:
         state = "closed" if self._db is None else "open"
         return f"<SQLiteStore {self._name!r} ({state})>"
+
+
+def _grows(batch: Batch) -> bool:
+    """Whether a budget may refuse ``batch`` (see :meth:`SQLiteStore.commit`)."""
+    if batch.removed:
+        return False
+    return bool(batch.content) or any(record.only_to is None for record in batch.log)
+
+
+def _batch_bytes(batch: Batch) -> int:
+    return (sum(len(record.data) for record in batch.log)
+            + sum(len(record.state or b"") for record in batch.snapshots)
+            + sum(len(record.summary or b"") for record in batch.sessions)
+            + sum(len(record.data) for record in batch.content))
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB"
 
 
 def _by_seq(record: LogRecord) -> int:

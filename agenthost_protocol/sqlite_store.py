@@ -518,6 +518,7 @@ class SQLiteStore:
                 "in use by another process (or another SQLiteStore in this one)"))
         if not stat.S_ISREG(info.st_mode):
             raise StoreError(self._line("not a regular file; refusing to use it as a store"))
+        self._check_siblings()
         if info.st_size == 0:
             self._check_writable()
             return True
@@ -557,6 +558,21 @@ class SQLiteStore:
         self._check_writable()
         return False
 
+    def _check_siblings(self) -> None:
+        # SQLite opens these by name beside the store: a FIFO would block it (or take
+        # its write-ahead log into a pipe), a directory fails it with a vague error
+        for suffix in ("-wal", "-journal", "-shm"):
+            try:
+                info = os.lstat(self._name + suffix)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                raise self._os_error(exc) from exc
+            if not stat.S_ISREG(info.st_mode):
+                raise StoreError(_one_line(
+                    f"{self._name}{suffix} (SQLite's file beside the store) is not a regular "
+                    "file; move it away to use the store"))
+
     def _check_writable(self) -> None:
         # SQLite would say "disk I/O error" or "attempt to write a readonly database"
         if not os.access(self.path, os.W_OK):
@@ -567,13 +583,19 @@ class SQLiteStore:
                                         "the store's write-ahead log (-wal)"))
 
     def _create_file(self) -> bool:
+        self._check_siblings()
         try:
             self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             # created here, not by SQLite, so the transcripts it will hold are the
             # user's alone (SQLite gives its -wal the file's mode)
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:  # created by someone else meanwhile: read it then
-            return self._check_file()
+        except FileExistsError:
+            if os.path.islink(self.path) and not os.path.exists(self.path):
+                # O_EXCL does not follow it, stat does: asking again would loop forever
+                raise StoreError(self._line(
+                    "a symbolic link to nothing; refusing to create the store through "
+                    "it")) from None
+            return self._check_file()  # created by someone else meanwhile: read it then
         except OSError as exc:
             raise self._os_error(exc) from exc
         os.close(fd)

@@ -10,7 +10,14 @@ import os
 import sys
 from typing import Any
 
-from ._args import LOG_LEVELS, agent_choice, positive_int, positive_seconds, seconds
+from ._args import (
+    LOG_LEVELS,
+    agent_choice,
+    byte_size,
+    positive_int,
+    positive_seconds,
+    seconds,
+)
 
 __all__ = ["add_parser", "serve_command"]
 
@@ -65,6 +72,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                        "using the one store of earlier versions)")
     where.add_argument("--no-store", action="store_true",
                        help="keep everything in memory only: a restart forgets every session")
+    persistence.add_argument("--max-store-bytes", type=byte_size, default=2**30,
+                             metavar="BYTES", help="the store's budget (default 1G; K, M and "
+                             "G suffixes are binary units): past it, changes are refused and "
+                             "disposing of sessions (sessions rm) frees space")
     serve.add_argument("--capture", metavar="DIR",
                        help="write each connection's traffic to a file of DIR (created, "
                        "private to this user), one JSON Lines transcript per connection, as "
@@ -275,6 +286,7 @@ def serve_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
         keyfile=args.keyfile,
         store=args.store,
         no_store=args.no_store,
+        max_store_bytes=args.max_store_bytes,
         capture=args.capture,
     )
     return run(options)

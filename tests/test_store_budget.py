@@ -8,9 +8,12 @@ The sizes measured are printed (``pytest -s``) for the record.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import shutil
 import subprocess
-from collections.abc import Coroutine
+import sys
+from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -173,3 +176,148 @@ def test_serve_refuses_a_store_it_cannot_use_at_once_in_one_line(
     assert len(lines) == 1 and lines[0].startswith("agenthost-protocol serve: "), lines
     assert str(store) in lines[0]
     assert done.stdout == b""
+
+
+@contextlib.contextmanager
+def small_filesystem(path: Path, size: str) -> Iterator[Path]:
+    """A real file system of ``size`` mounted at ``path`` (a tmpfs: needs root or
+    CAP_SYS_ADMIN; skipped with the reason otherwise), unmounted on the way out."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("a tmpfs mount is Linux's")
+    path.mkdir()
+    try:
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs",
+                        str(path)], check=True, capture_output=True, timeout=30)
+    except (OSError, subprocess.SubprocessError) as e:
+        detail = getattr(e, "stderr", b"") or b""
+        pytest.skip(f"cannot mount a {size} tmpfs here (needs root or CAP_SYS_ADMIN): "
+                    f"{e} {detail.decode(errors='replace').strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False, capture_output=True,
+                       timeout=30)
+
+
+@posix_only
+def test_a_full_file_system_refuses_changes_keeps_what_was_acknowledged_and_serves_reads(
+    tmp_path: Path,
+) -> None:
+    """``serve`` on a real 2 MiB file system, filled by titles of 64 KiB: the changes
+    the disk cannot take are refused (rejections naming it), reads go on, the host
+    stops cleanly, and every acknowledged title is in the store (read back by a new
+    ``serve`` from a copy of the files)."""
+    with small_filesystem(tmp_path / "small", "2m") as small:
+        store = small / "host.sqlite3"
+
+        async def main() -> None:
+            async with serving(["--store", str(store)], tmp_path / "a.err") as (proc, url):
+                alice, conn = await ws_peer(url, "alice")
+                await alice.initialize([ROOT])
+                assert await create(alice, 0) is None
+                acknowledged = None
+                refused = []
+                for n in range(200):
+                    reason = await retitle(alice, "ahp-session:/s0", n, 64 * 1024)
+                    if reason is None:
+                        assert not refused, "a title accepted after the disk filled"
+                        acknowledged = n
+                    else:
+                        refused.append(reason)
+                        if len(refused) == 3:
+                            break
+                print(f"\n2 MiB tmpfs: {acknowledged} titles of 64 KiB acknowledged, then "
+                      f"refused: {refused[0]}")
+                assert acknowledged is not None and refused
+                assert all("full" in reason for reason in refused), refused
+                # reads go on: a new client gets the acknowledged state
+                bob, bob_conn = await ws_peer(url, "bob")
+                await bob.initialize([])
+                result = (await bob.subscribe("ahp-session:/s0")).result
+                assert isinstance(result, t.SubscribeResult) and result.snapshot is not None
+                state = result.snapshot.state
+                assert isinstance(state, t.SessionState)
+                assert state.title.startswith(f"{acknowledged:06d}")
+                assert isinstance(await bob.request("ping", t.PingParams()), ResponseReceived)
+                await bob_conn.close()
+                await conn.close()
+                assert await stop(proc) == 0
+            # what was acknowledged is stored: read back from a copy with room to spare
+            copy = tmp_path / "copy.sqlite3"
+            for suffix in ("", "-wal"):
+                if os.path.exists(f"{store}{suffix}"):
+                    shutil.copyfile(f"{store}{suffix}", f"{copy}{suffix}")
+            async with serving(["--store", str(copy)], tmp_path / "b.err") as (proc, url):
+                carol, conn = await ws_peer(url, "carol")
+                await carol.initialize([])
+                result = (await carol.subscribe("ahp-session:/s0")).result
+                assert isinstance(result, t.SubscribeResult) and result.snapshot is not None
+                state = result.snapshot.state
+                assert isinstance(state, t.SessionState)
+                assert state.title.startswith(f"{acknowledged:06d}")
+                await conn.close()
+                assert await stop(proc) == 0
+
+        run(main(), timeout=300)
+
+
+def test_a_store_at_sqlites_page_limit_refuses_then_recovers_by_disposal(
+    tmp_path: Path,
+) -> None:
+    """The emulation that runs anywhere: SQLite's own ``max_page_count`` makes the file
+    "full" (SQLITE_FULL, as a full disk).  Over a real socket: titles refused, reads
+    served, a disposal goes through and makes room for new titles; after a restart of
+    the host every acknowledged title is there."""
+    from agenthost_protocol.sqlite_store import SQLiteStore
+
+    from ._aio_hosts import demo_host
+
+    path = tmp_path / "host.sqlite3"
+
+    async def main() -> None:
+        store = SQLiteStore(path)
+        store.compact_every = 0  # as small a log as can be: the limit is what fills
+        try:
+            async with demo_host(store=store) as demo:
+                alice, conn = await ws_peer(demo.url, "alice")
+                await alice.initialize([ROOT])
+                for n in range(3):
+                    assert await create(alice, n) is None
+                pages = store._conn().execute("PRAGMA page_count").fetchone()[0]
+                # room for a few titles of 64 KiB (4 KiB pages) and no more
+                store._conn().execute(f"PRAGMA max_page_count = {pages + 240}")
+                acknowledged: dict[int, int] = {}
+                refused = None
+                for n in range(60):
+                    s = n % 3
+                    reason = await retitle(alice, f"ahp-session:/s{s}", n, 64 * 1024)
+                    if reason is not None:
+                        refused = reason
+                        break
+                    acknowledged[s] = n
+                assert refused is not None and "full" in refused, refused
+                print(f"\nmax_page_count: {len(acknowledged)} sessions titled, then: {refused}")
+                assert isinstance(await alice.request("ping", t.PingParams()), ResponseReceived)
+                answer = await alice.request("disposeSession", t.DisposeSessionParams(
+                    channel="ahp-session:/s2"))
+                assert isinstance(answer, ResponseReceived), answer
+                acknowledged.pop(2, None)
+                store.compact()
+                # the disposed session's pages serve the next title
+                assert await retitle(alice, "ahp-session:/s0", 1000, 16 * 1024) is None
+                acknowledged[0] = 1000
+                await conn.close()
+        finally:
+            store.close()
+        store = SQLiteStore(path)
+        try:
+            async with demo_host(store=store) as demo:
+                for s, n in acknowledged.items():
+                    state = demo.host.state(f"ahp-session:/s{s}")
+                    assert isinstance(state, t.SessionState)
+                    assert state.title.startswith(f"{n:06d}"), (s, n)
+                assert not demo.host.has_channel("ahp-session:/s2")
+        finally:
+            store.close()
+
+    run(main(), timeout=120)

@@ -914,6 +914,11 @@ class SQLiteStore:
         top = self._top
         try:
             db.execute("BEGIN")
+            if batch.removed:
+                # first as well as in its place (_write, which sees what the batch adds):
+                # the pages freed serve the rest of the batch, so a disposal goes through
+                # on a full disk
+                self._remove(db, batch.removed)
             if batch.log:
                 top = self._write_log(db, batch.log)
             self._write(db, batch)
@@ -1038,13 +1043,17 @@ class SQLiteStore:
         for source, channel in batch.shared:  # in order: a fork of a fork sees the first
             db.execute(_SHARE, (channel, source))
         if batch.removed:
-            gone = [(uri,) for uri in batch.removed]
-            db.executemany(_REMOVE_CHANNEL, gone)
-            db.executemany(_REMOVE_SESSION, gone)
-            db.executemany(_REMOVE_OWNER, gone)
-            for uri in batch.removed:  # one at a time: see _RELEASE_CONTENT
-                db.execute(_RELEASE_CONTENT, (uri,))
-                db.execute(_REMOVE_CONTENT_OWNER, (uri,))
+            SQLiteStore._remove(db, batch.removed)
+
+    @staticmethod
+    def _remove(db: sqlite3.Connection, removed: Sequence[str]) -> None:
+        gone = [(uri,) for uri in removed]
+        db.executemany(_REMOVE_CHANNEL, gone)
+        db.executemany(_REMOVE_SESSION, gone)
+        db.executemany(_REMOVE_OWNER, gone)
+        for uri in removed:  # one at a time: see _RELEASE_CONTENT
+            db.execute(_RELEASE_CONTENT, (uri,))
+            db.execute(_REMOVE_CONTENT_OWNER, (uri,))
 
     def _rollback(self, db: sqlite3.Connection) -> None:
         try:

@@ -918,7 +918,7 @@ class SQLiteStore:
                 # first as well as in its place (_write, which sees what the batch adds):
                 # the pages freed serve the rest of the batch, so a disposal goes through
                 # on a full disk
-                self._remove(db, batch.removed)
+                self._remove(db, batch.removed, content=False)
             if batch.log:
                 top = self._write_log(db, batch.log)
             self._write(db, batch)
@@ -1043,13 +1043,15 @@ class SQLiteStore:
         for source, channel in batch.shared:  # in order: a fork of a fork sees the first
             db.execute(_SHARE, (channel, source))
         if batch.removed:
-            SQLiteStore._remove(db, batch.removed)
+            SQLiteStore._remove(db, batch.removed, content=True)
 
     @staticmethod
-    def _remove(db: sqlite3.Connection, removed: Sequence[str]) -> None:
+    def _remove(db: sqlite3.Connection, removed: Sequence[str], *, content: bool) -> None:
         gone = [(uri,) for uri in removed]
         db.executemany(_REMOVE_CHANNEL, gone)
         db.executemany(_REMOVE_SESSION, gone)
+        if not content:  # the rest waits for the batch's owners and shares (a fork)
+            return
         db.executemany(_REMOVE_OWNER, gone)
         for uri in removed:  # one at a time: see _RELEASE_CONTENT
             db.execute(_RELEASE_CONTENT, (uri,))

@@ -321,3 +321,62 @@ def test_a_store_at_sqlites_page_limit_refuses_then_recovers_by_disposal(
             store.close()
 
     run(main(), timeout=120)
+
+
+@posix_only
+def test_sessions_and_chats_are_bounded_per_host_stored_ones_included(tmp_path: Path) -> None:
+    """``serve --max-sessions 4 --max-chats-per-session 3``: the fifth session and the
+    fourth chat are refused with -32600 naming the limit, nothing is created; disposing
+    makes room; after a restart the stored sessions still count."""
+    store = tmp_path / "host.sqlite3"
+    args = ["--store", str(store), "--max-sessions", "4", "--max-chats-per-session", "3"]
+
+    async def refused_create(peer: Peer, n: int) -> RequestFailed:
+        answer = await peer.request("createSession", t.CreateSessionParams(
+            channel=f"ahp-session:/s{n}"))
+        assert isinstance(answer, RequestFailed) and answer.error is not None, answer
+        assert answer.error.code == -32600, answer.error
+        assert "too many sessions" in answer.error.message
+        assert "at most 4" in answer.error.message
+        return answer
+
+    async def main() -> None:
+        async with serving(args, tmp_path / "a.err") as (proc, url):
+            alice, conn = await ws_peer(url, "alice")
+            await alice.initialize([ROOT])
+            for n in range(4):
+                assert await create(alice, n) is None
+            await refused_create(alice, 4)
+            # chats: the default one and two more, then refused
+            for k in (1, 2):
+                answer = await alice.request("createChat", t.CreateChatParams(
+                    channel="ahp-session:/s0", chat=f"ahp-chat:/s0/extra{k}"))
+                assert isinstance(answer, ResponseReceived), answer
+            answer = await alice.request("createChat", t.CreateChatParams(
+                channel="ahp-session:/s0", chat="ahp-chat:/s0/extra3"))
+            assert isinstance(answer, RequestFailed) and answer.error is not None, answer
+            assert answer.error.code == -32600 and "too many chats" in answer.error.message
+            state = alice.client.confirmed("ahp-session:/s0")
+            assert isinstance(state, t.SessionState) and len(state.chats) == 3
+            # room again once disposed of
+            answer = await alice.request("disposeChat", t.DisposeChatParams(
+                channel="ahp-chat:/s0/extra1"))
+            assert isinstance(answer, ResponseReceived), answer
+            answer = await alice.request("createChat", t.CreateChatParams(
+                channel="ahp-session:/s0", chat="ahp-chat:/s0/extra3"))
+            assert isinstance(answer, ResponseReceived), answer
+            answer = await alice.request("disposeSession", t.DisposeSessionParams(
+                channel="ahp-session:/s3"))
+            assert isinstance(answer, ResponseReceived), answer
+            assert await create(alice, 5) is None
+            await refused_create(alice, 6)
+            await conn.close()
+            assert await stop(proc) == 0
+        async with serving(args, tmp_path / "b.err") as (proc, url):
+            bob, conn = await ws_peer(url, "bob")
+            await bob.initialize([ROOT])
+            await refused_create(bob, 7)
+            await conn.close()
+            assert await stop(proc) == 0
+
+    run(main(), timeout=120)

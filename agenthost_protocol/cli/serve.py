@@ -151,6 +151,14 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                         default=defaults.max_reconnects_per_minute, metavar="N",
                         help="reconnect requests one connection may send per minute "
                         f"(default {defaults.max_reconnects_per_minute})")
+    limits.add_argument("--max-sessions", type=positive_int, default=defaults.max_sessions,
+                        metavar="N", help="sessions the host keeps, stored ones included "
+                        f"(default {defaults.max_sessions}); createSession beyond it is "
+                        "refused until sessions are disposed of")
+    limits.add_argument("--max-chats-per-session", type=positive_int,
+                        default=defaults.max_chats_per_session, metavar="N",
+                        help=f"chats one session may have (default "
+                        f"{defaults.max_chats_per_session})")
     serve.add_argument("--agent", type=agent_choice, default="demo",
                        metavar="{demo,acp,pi,xcsh,MODULE:ATTR}",
                        help="the agent: the built-in demo (default, no COMMAND), an ACP agent "
@@ -178,6 +186,8 @@ class _ServerLimitDefaults:
     claim_probe_timeout = 3.0
     max_subscriptions = 1024
     max_reconnects_per_minute = 30
+    max_sessions = 10_000
+    max_chats_per_session = 256
 
 
 def _read_token(args: argparse.Namespace, parser: argparse.ArgumentParser) -> str | None:
@@ -272,6 +282,8 @@ def serve_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
             claim_probe_timeout=args.claim_probe_timeout,
             max_subscriptions=args.max_subscriptions,
             max_reconnects_per_minute=args.max_reconnects_per_minute,
+            max_sessions=args.max_sessions,
+            max_chats_per_session=args.max_chats_per_session,
             compression=args.compression,
         ),
         agent=args.agent if agent_object is None else "demo",

@@ -21,8 +21,8 @@ class HostLimits:
     """Per-connection budgets of a :class:`~agenthost_protocol.host.Host`.
 
     An exceeded budget is answered with an error naming it (``-32602`` for
-    too many subscriptions, ``-32600`` for too many reconnects); nothing
-    changes.
+    too many subscriptions, ``-32600`` for too many reconnects, sessions or
+    chats); nothing changes.
     """
 
     max_subscriptions: int = 1024
@@ -42,6 +42,15 @@ class HostLimits:
     """The largest tool-result block kept inline by :meth:`Host.by_reference`;
     a larger one is stored and sent as a reference (``resourceRead``)."""
 
+    max_sessions: int = 10_000
+    """Sessions the host keeps at once, stored ones included (each is a row the host
+    reads at start and a channel in memory when loaded): a ``createSession`` beyond it
+    is refused with ``-32600`` (``InvalidRequest``) until sessions are disposed of.
+    Host-wide, unlike the budgets above."""
+    max_chats_per_session: int = 256
+    """Chats one session may have: a ``createChat`` beyond it is refused with
+    ``-32600`` until chats are disposed of."""
+
     max_delivery_latency_ms: int = 1000
     """The longest a subscription's ``delivery.maxLatencyMs`` may have deltas held to
     merge them (the spec makes the window advisory: a longer one is cut to this);
@@ -51,5 +60,6 @@ class HostLimits:
         if self.max_delivery_latency_ms < 0:
             raise LocalProtocolError("max_delivery_latency_ms must not be negative")
         if min(self.max_subscriptions, self.max_reconnects_per_minute,
-               self.max_message_size, self.inline_content_bytes) < 1:
+               self.max_message_size, self.inline_content_bytes, self.max_sessions,
+               self.max_chats_per_session) < 1:
             raise LocalProtocolError("the host limits must be positive")

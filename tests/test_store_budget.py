@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Coroutine, Iterator
@@ -21,7 +22,9 @@ import pytest
 
 from agenthost_protocol import types as t
 from agenthost_protocol.client import ActionReceived, RequestFailed, ResponseReceived
+from agenthost_protocol.host.store import Batch, ChannelRecord, LogRecord
 from agenthost_protocol.reconciler import ReceiveKind
+from agenthost_protocol.sqlite_store import SQLiteStore, StoreFull
 
 from ._aio_peer import ROOT, TIMEOUT, Peer, child_env, serve_command, serving, stop, ws_peer
 
@@ -268,8 +271,6 @@ def test_a_store_at_sqlites_page_limit_refuses_then_recovers_by_disposal(
     "full" (SQLITE_FULL, as a full disk).  Over a real socket: titles refused, reads
     served, a disposal goes through and makes room for new titles; after a restart of
     the host every acknowledged title is there."""
-    from agenthost_protocol.sqlite_store import SQLiteStore
-
     from ._aio_hosts import demo_host
 
     path = tmp_path / "host.sqlite3"
@@ -380,3 +381,84 @@ def test_sessions_and_chats_are_bounded_per_host_stored_ones_included(tmp_path: 
             assert await stop(proc) == 0
 
     run(main(), timeout=120)
+
+
+# -- the store by itself ------------------------------------------------------------------
+
+
+def _title(seq: int, size: int = MIB) -> LogRecord:
+    return LogRecord(seq=seq, channel="ahp-session:/a", data=b"t" * size)
+
+
+def test_the_log_is_compacted_by_bytes_and_the_file_gives_them_back(tmp_path: Path) -> None:
+    """200 envelopes of 1 MiB with a floor 20 behind: compacted every few megabytes, not
+    every 1,000 seqs (which let 1,000 MiB pile up), and the file does not keep the
+    pages it freed."""
+    path = tmp_path / "s.sqlite3"
+    with SQLiteStore(path) as store:
+        peak = 0
+        for seq in range(1, 201):
+            store.commit(Batch(server_seq=seq, log=(_title(seq),), snapshots=(
+                ChannelRecord(uri="ahp-session:/a", state=b"{}", seq=seq),),
+                log_floor=max(0, seq - 20)))
+            peak = max(peak, on_disk(path))
+        assert store.size_bytes < 32 * MIB
+    assert peak < 48 * MIB, peak
+    assert os.path.getsize(path) < 32 * MIB
+
+
+def test_a_store_from_before_auto_vacuum_is_converted_and_shrinks_at_open(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "s.sqlite3"
+    with SQLiteStore(path) as store:
+        store.commit(Batch(server_seq=40, log=tuple(_title(seq) for seq in range(1, 41))))
+    # as earlier versions made them: no auto-vacuum, and 40 MiB of free pages
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("PRAGMA journal_mode = DELETE")
+    db.execute("PRAGMA auto_vacuum = NONE")
+    db.execute("VACUUM")
+    db.execute("DELETE FROM log")
+    assert db.execute("PRAGMA auto_vacuum").fetchone()[0] == 0
+    db.close()
+    before = os.path.getsize(path)
+    assert before > 40 * MIB
+    with SQLiteStore(path) as store:
+        assert store.restore().server_seq == 40
+        assert store._conn().execute("PRAGMA auto_vacuum").fetchone()[0] == 2
+    assert os.path.getsize(path) < MIB, (before, os.path.getsize(path))
+
+
+def test_a_budget_refuses_growth_and_lets_removals_and_rejections_through(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "s.sqlite3"
+    with SQLiteStore(path, max_bytes=16 * MIB) as store:
+        seq = 0
+        full = None
+        for n in range(40):
+            seq += 1
+            uri = f"ahp-session:/s{n}"
+            try:
+                store.commit(Batch(server_seq=seq, log=(
+                    LogRecord(seq=seq, channel=uri, data=b"x" * MIB),), snapshots=(
+                    ChannelRecord(uri=uri, state=b"s" * MIB, seq=seq),)))
+            except StoreFull as e:
+                full = str(e)
+                break
+        assert full is not None and "the store is full" in full and str(path) in full
+        assert store.size_bytes <= 16 * MIB
+        assert store.load_channel(f"ahp-session:/s{n}") is None  # all or nothing
+        seq += 1  # a rejection (addressed to one client) is written all the same
+        store.commit(Batch(server_seq=seq, log=(
+            LogRecord(seq=seq, channel="ahp-session:/s0", data=b"r" * 1000, only_to="c"),)))
+        seq += 1  # and a removal, which frees the snapshots' pages at once
+        store.commit(Batch(server_seq=seq, log=(
+            LogRecord(seq=seq, channel="ahp-root:", data=b"gone"),),
+            removed=tuple(f"ahp-session:/s{k}" for k in range(n)), log_floor=seq))
+        assert store.size_bytes < 4 * MIB
+        seq += 1
+        store.commit(Batch(server_seq=seq, log=(
+            LogRecord(seq=seq, channel="ahp-session:/new", data=b"x" * MIB),)))
+    with pytest.raises(ValueError, match="max_bytes"):
+        SQLiteStore(path, max_bytes=0)

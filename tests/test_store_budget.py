@@ -42,10 +42,8 @@ def on_disk(path: Path) -> int:
     """The store's bytes on disk: the file and its write-ahead log."""
     total = 0
     for name in (str(path), f"{path}-wal"):
-        try:
+        with contextlib.suppress(FileNotFoundError):
             total += os.path.getsize(name)
-        except FileNotFoundError:
-            pass
     return total
 
 
@@ -78,7 +76,7 @@ async def retitle(peer: Peer, uri: str, n: int, size: int) -> str | None:
 def test_titles_of_a_mib_stay_within_the_budget_then_are_refused_and_space_comes_back(
     tmp_path: Path,
 ) -> None:
-    """400 × 1 MiB titles on one session: the store stays within its 48 MiB budget (the
+    """400 titles of 1 MiB on one session: the store stays within its 48 MiB budget (the
     old store grew to 427 MB).  Then titles that each stay (one per new session) fill
     it: refused with a rejection that says so, and the host goes on; disposing of
     sessions works over budget, and the file shrinks once compacted."""
@@ -219,7 +217,7 @@ def test_a_full_file_system_refuses_changes_keeps_what_was_acknowledged_and_serv
                 await alice.initialize([ROOT])
                 assert await create(alice, 0) is None
                 acknowledged = None
-                refused = []
+                refused: list[str] = []
                 for n in range(200):
                     reason = await retitle(alice, "ahp-session:/s0", n, 64 * 1024)
                     if reason is None:

@@ -20,8 +20,8 @@ from ..errors import InvalidParams, LocalProtocolError
 from ..types.error_codes import AhpErrorCode, JsonRpcErrorCode
 from . import sessions
 from .content import ContentStore
-from .limits import HostLimits
 from .events import Event, RequestReceived, StoreFailed
+from .limits import HostLimits
 from .persistence import ChannelTable, Journal, decode_summary
 from .store import HostStore, StoreError
 from .validation import check_chat_source

@@ -21,14 +21,15 @@ Run from the repository root::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import tempfile
 import time
 from pathlib import Path
 
 from agenthost_protocol import types as t
-from agenthost_protocol.client import ActionReceived, ClientConnection
 from agenthost_protocol.cli._args import byte_size
+from agenthost_protocol.client import ActionReceived, ClientConnection
 from agenthost_protocol.host import Host
 from agenthost_protocol.sqlite_store import DEFAULT_MAX_BYTES, SQLiteStore
 
@@ -43,10 +44,8 @@ def _clock() -> int:
 def _on_disk(path: Path) -> int:
     total = 0
     for name in (str(path), f"{path}-wal"):
-        try:
+        with contextlib.suppress(FileNotFoundError):
             total += os.path.getsize(name)
-        except FileNotFoundError:
-            pass
     return total
 
 
@@ -123,7 +122,7 @@ def staying(size: int, budget: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "host.sqlite3"
         bench = Bench(path, budget)
-        uris = []
+        uris: list[str] = []
         reason = None
         start = time.perf_counter()
         while reason is None:

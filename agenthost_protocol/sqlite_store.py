@@ -408,6 +408,10 @@ _LOG_ROWS_IN = (
     "SELECT first, channel, data FROM log WHERE first >= ? AND first <= ? AND last >= ?"
 )
 _DELETE_ROW = "DELETE FROM log WHERE first = ?"
+_IN_USE = (
+    "SELECT (p.page_count - f.freelist_count) * s.page_size"
+    " FROM pragma_page_count() p, pragma_freelist_count() f, pragma_page_size() s"
+)
 _SET_SERVER_SEQ = "UPDATE meta SET value = ? WHERE key = 'server_seq'"
 _PROBES = tuple(
     [f"SELECT * FROM {table} LIMIT 1" for table in sorted(_TABLES)]
@@ -951,12 +955,9 @@ class SQLiteStore:
 
     def _in_use(self, db: sqlite3.Connection) -> int:
         try:
-            pages = db.execute("PRAGMA page_count").fetchone()[0]
-            free = db.execute("PRAGMA freelist_count").fetchone()[0]
-            size = db.execute("PRAGMA page_size").fetchone()[0]
+            return int(db.execute(_IN_USE).fetchone()[0])
         except sqlite3.Error as exc:
             raise self._error(exc) from exc
-        return int((pages - free) * size)
 
     def _check_budget(self, db: sqlite3.Connection, batch: Batch, floor: int) -> None:
         assert self.max_bytes is not None

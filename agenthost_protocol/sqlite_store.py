@@ -694,6 +694,7 @@ class SQLiteStore:
                 db.execute("VACUUM")  # applies the mode, and drops the free list
             elif db.execute("PRAGMA freelist_count").fetchone()[0]:
                 db.executescript("PRAGMA incremental_vacuum")
+                db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
         except sqlite3.Error as exc:
             if _is_corrupt(exc):
                 raise
@@ -979,12 +980,15 @@ class SQLiteStore:
             "of sessions to free space (or give serve a larger --max-store-bytes)"))
 
     def _vacuum(self, db: sqlite3.Connection) -> None:
-        """After a compaction's commit: free pages back to the file system (the file
-        shrinks at the next checkpoint).  Best effort, in a transaction of its own."""
+        """After a compaction's commit: free pages back to the file system, and the file
+        shrinks.  Best effort, in a transaction of its own."""
         try:
             if db.execute("PRAGMA freelist_count").fetchone()[0] >= _VACUUM_PAGES:
                 # executescript steps it to the end; execute() would free one page only
                 db.executescript("PRAGMA incremental_vacuum")
+                # the file is cut to its new size when a checkpoint has copied every
+                # page back, and the write-ahead log holds the pages moved: both now
+                db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
         except sqlite3.Error:
             self._rollback(db)
 

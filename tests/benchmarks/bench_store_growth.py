@@ -136,8 +136,7 @@ def staying(size: int, budget: int) -> None:
             bench.dispose(uri)
         bench.store.compact()
         print(f"   all disposed of: in use {_mib(bench.store.size_bytes)}, file+wal "
-              f"{_mib(_on_disk(path))} (the log keeps the replay window until newer "
-              "envelopes push it out)")
+              f"{_mib(_on_disk(path))}")
         bench.store.close()
         print(f"   after closing: {_mib(_on_disk(path))}")
 

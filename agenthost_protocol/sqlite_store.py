@@ -79,8 +79,8 @@ from agenthost_protocol.host.store import (
     StoreError,
 )
 
-__all__ = ["SQLiteStore", "StoreInUse", "default_store_dir", "default_store_path",
-           "SCHEMA_VERSION", "APPLICATION_ID", "MIGRATIONS"]
+__all__ = ["SQLiteStore", "StoreFull", "StoreInUse", "default_store_dir", "default_store_path",
+           "SCHEMA_VERSION", "APPLICATION_ID", "MIGRATIONS", "DEFAULT_MAX_BYTES"]
 
 APPLICATION_ID = 0x41485031
 """``PRAGMA application_id`` of every store ("AHP1"): how a store tells its own
@@ -105,6 +105,11 @@ _LOG_SPAN = 1024
 """The most a log row written now may span (``last - first``); a store keeps the value
 it was created with in ``meta`` (``log_span``), as readers rely on it."""
 _MIN_INT = -(2**63)
+DEFAULT_MAX_BYTES = 1024**3
+"""The store budget ``serve`` gives a store unless told otherwise (1 GiB)."""
+_VACUUM_PAGES = 256
+"""Free pages (1 MiB at SQLite's default page size) worth giving back to the file system
+after a compaction: fewer are left for the next writes to reuse."""
 _TABLES = frozenset(
     {"meta", "log", "channels", "sessions", "owners", "clients", "content", "content_owners"}
 )
@@ -393,11 +398,20 @@ _LOG_ROWS_IN = (
     "SELECT first, channel, data FROM log WHERE first >= ? AND first <= ? AND last >= ?"
 )
 _DELETE_ROW = "DELETE FROM log WHERE first = ?"
+_IN_USE = (
+    "SELECT (p.page_count - f.freelist_count) * s.page_size"
+    " FROM pragma_page_count() p, pragma_freelist_count() f, pragma_page_size() s"
+)
 _SET_SERVER_SEQ = "UPDATE meta SET value = ? WHERE key = 'server_seq'"
 _PROBES = tuple(
     [f"SELECT * FROM {table} LIMIT 1" for table in sorted(_TABLES)]
     + [f"SELECT max(rowid) FROM {table}" for table in sorted(_TABLES - {"content_owners"})]
 )
+
+
+class StoreFull(StoreError):
+    """A commit that would take the store past its budget (``max_bytes``): refused like
+    any failed write, so the host refuses the change and keeps serving."""
 
 
 class StoreInUse(StoreError):
@@ -421,14 +435,26 @@ class SQLiteStore:
     tails of channels whose snapshot is older), so not on every commit.  ``0``
     compacts on every commit, as :class:`MemoryStore` does (the tests' setting)."""
 
+    compact_bytes: int = 4 * 1024 * 1024
+    """Compact also once this many bytes were logged since the last compaction, however
+    few seqs they took: a thousand envelopes of a megabyte each are a gigabyte."""
+
     def __init__(
         self,
         path: str | os.PathLike[str],
         *,
         ahp_version: str = "0.7.0",
         synchronous: str = "NORMAL",
+        max_bytes: int | None = None,
     ) -> None:
         sync = synchronous.upper()
+        if max_bytes is not None and max_bytes < 1:
+            raise ValueError(f"max_bytes must be positive, not {max_bytes}")
+        self.max_bytes = max_bytes
+        """The store budget (``None``: none): a commit that would hold more, and frees
+        nothing, is refused with :class:`StoreFull` (see :meth:`commit`)."""
+        self._logged = 0
+        """Bytes logged since the last compaction."""
         if sync not in _SYNCHRONOUS:
             raise ValueError(f"synchronous must be one of {', '.join(_SYNCHRONOUS)}, "
                              f"not {synchronous!r}")
@@ -486,6 +512,7 @@ class SQLiteStore:
                 "in use by another process (or another SQLiteStore in this one)"))
         if not stat.S_ISREG(info.st_mode):
             raise StoreError(self._line("not a regular file; refusing to use it as a store"))
+        self._check_siblings()
         if info.st_size == 0:
             self._check_writable()
             return True
@@ -525,6 +552,21 @@ class SQLiteStore:
         self._check_writable()
         return False
 
+    def _check_siblings(self) -> None:
+        # SQLite opens these by name beside the store: a FIFO would block it (or take
+        # its write-ahead log into a pipe), a directory fails it with a vague error
+        for suffix in ("-wal", "-journal", "-shm"):
+            try:
+                info = os.lstat(self._name + suffix)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                raise self._os_error(exc) from exc
+            if not stat.S_ISREG(info.st_mode):
+                raise StoreError(_one_line(
+                    f"{self._name}{suffix} (SQLite's file beside the store) is not a regular "
+                    "file; move it away to use the store"))
+
     def _check_writable(self) -> None:
         # SQLite would say "disk I/O error" or "attempt to write a readonly database"
         if not os.access(self.path, os.W_OK):
@@ -535,13 +577,19 @@ class SQLiteStore:
                                         "the store's write-ahead log (-wal)"))
 
     def _create_file(self) -> bool:
+        self._check_siblings()
         try:
             self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             # created here, not by SQLite, so the transcripts it will hold are the
             # user's alone (SQLite gives its -wal the file's mode)
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:  # created by someone else meanwhile: read it then
-            return self._check_file()
+        except FileExistsError:
+            if os.path.islink(self.path) and not os.path.exists(self.path):
+                # O_EXCL does not follow it, stat does: asking again would loop forever
+                raise StoreError(self._line(
+                    "a symbolic link to nothing; refusing to create the store through "
+                    "it")) from None
+            return self._check_file()  # created by someone else meanwhile: read it then
         except OSError as exc:
             raise self._os_error(exc) from exc
         os.close(fd)
@@ -569,6 +617,9 @@ class SQLiteStore:
                 # the file is ours from its first write, so a store killed while being
                 # created is recognised, and migrated from schema 0, when opened again
                 db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+                # before the first table: freed pages can then go back to the file system
+                # (see _vacuum); an existing store is converted below, once
+                db.execute("PRAGMA auto_vacuum = INCREMENTAL")
             else:
                 self._check_identity(application_id, version)
                 # our id, yet not our tables (schema 0 is the file before its tables)
@@ -616,10 +667,28 @@ class SQLiteStore:
             except BaseException:
                 self._rollback(db)
                 raise
+            self._reclaim(db)
         except sqlite3.Error as exc:
             if _is_busy(exc):
                 raise StoreInUse(self._line_is("in use by another process")) from exc
             raise self._error(exc) from exc
+
+    def _reclaim(self, db: sqlite3.Connection) -> None:
+        """Give the free pages back to the file system at open: a store from before
+        incremental auto-vacuum is converted (one VACUUM, as long as copying the file
+        takes), a store in that mode drops its free list.  Best effort: a store that
+        cannot (a full disk) opens as it is."""
+        try:
+            if db.execute("PRAGMA auto_vacuum").fetchone()[0] != 2:
+                db.execute("PRAGMA auto_vacuum = INCREMENTAL")
+                db.execute("VACUUM")  # applies the mode, and drops the free list
+            elif db.execute("PRAGMA freelist_count").fetchone()[0]:
+                db.executescript("PRAGMA incremental_vacuum")
+                db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        except sqlite3.Error as exc:
+            if _is_corrupt(exc):
+                raise
+            self._rollback(db)
 
     def _log_top(self, db: sqlite3.Connection) -> int | None:
         (first,) = db.execute("SELECT max(first) FROM log").fetchone()
@@ -818,13 +887,33 @@ class SQLiteStore:
     # -- writes -----------------------------------------------------------------------
 
     def commit(self, batch: Batch) -> None:
+        """Write ``batch`` in one transaction.
+
+        With a budget (:attr:`max_bytes`), a batch that changes state (a
+        record sent to every subscriber, or stored content) and removes
+        nothing is refused with :class:`StoreFull` when the store's pages in
+        use and the batch's bytes would pass the budget, after a compaction
+        that did not free enough.  What stays allowed keeps the host usable
+        and bounded: removals (``disposeSession`` frees space), records
+        addressed to one client (rejections, pages of a view: the log is
+        compacted behind them) and the snapshots and clients that come with
+        them."""
         db = self._conn()
         floor = batch.log_floor
-        compact = self.compact_every <= 0 or floor - self._compacted >= self.compact_every
+        logged = self._logged + sum(len(record.data) for record in batch.log)
+        compact = self.compact_every <= 0 or floor - self._compacted >= self.compact_every or (
+            logged >= self.compact_bytes and floor > self._compacted)
+        if self.max_bytes is not None and _grows(batch):
+            self._check_budget(db, batch, floor)
         server_seq = max(self._server_seq, batch.server_seq)
         top = self._top
         try:
             db.execute("BEGIN")
+            if batch.removed:
+                # first as well as in its place (_write, which sees what the batch adds):
+                # the pages freed serve the rest of the batch, so a disposal goes through
+                # on a full disk
+                self._remove(db, batch.removed, content=False)
             if batch.log:
                 top = self._write_log(db, batch.log)
             self._write(db, batch)
@@ -843,8 +932,55 @@ class SQLiteStore:
         self._top = top
         self._server_seq = server_seq
         self._floor = max(self._floor, floor)
+        self._logged = logged
         if compact:
             self._compacted = floor
+            self._logged = 0
+            self._vacuum(db)
+
+    @property
+    def size_bytes(self) -> int:
+        """The bytes of the store's pages in use (what :attr:`max_bytes` bounds): the
+        file less its free pages, the write-ahead log's newest pages included."""
+        return self._in_use(self._conn())
+
+    def _in_use(self, db: sqlite3.Connection) -> int:
+        try:
+            return int(db.execute(_IN_USE).fetchone()[0])
+        except sqlite3.Error as exc:
+            raise self._error(exc) from exc
+
+    def _check_budget(self, db: sqlite3.Connection, batch: Batch, floor: int) -> None:
+        assert self.max_bytes is not None
+        wanted = _batch_bytes(batch)
+        used = self._in_use(db)
+        if used + wanted <= self.max_bytes:
+            return
+        floor = max(floor, self._floor)
+        if floor > self._compacted:
+            # what the log may drop first: the budget is for what the host keeps
+            self._floor = floor
+            self.compact()
+            used = self._in_use(db)
+            if used + wanted <= self.max_bytes:
+                return
+        raise StoreFull(self._line(
+            f"the store is full: {_mib(used)} of its {_mib(self.max_bytes)} budget in use"
+            f"{f' and {_mib(wanted)} more asked for' if wanted >= 1 << 20 else ''}; dispose "
+            "of sessions to free space (or give serve a larger --max-store-bytes)"))
+
+    def _vacuum(self, db: sqlite3.Connection) -> None:
+        """After a compaction's commit: free pages back to the file system, and the file
+        shrinks.  Best effort, in a transaction of its own."""
+        try:
+            if db.execute("PRAGMA freelist_count").fetchone()[0] >= _VACUUM_PAGES:
+                # executescript steps it to the end; execute() would free one page only
+                db.executescript("PRAGMA incremental_vacuum")
+                # the file is cut to its new size when a checkpoint has copied every
+                # page back, and the write-ahead log holds the pages moved: both now
+                db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        except sqlite3.Error:
+            self._rollback(db)
 
     def _write_log(self, db: sqlite3.Connection, log: Sequence[LogRecord]) -> int:
         """Write ``log`` as rows; the largest seq the log then holds (or more)."""
@@ -902,13 +1038,19 @@ class SQLiteStore:
         for source, channel in batch.shared:  # in order: a fork of a fork sees the first
             db.execute(_SHARE, (channel, source))
         if batch.removed:
-            gone = [(uri,) for uri in batch.removed]
-            db.executemany(_REMOVE_CHANNEL, gone)
-            db.executemany(_REMOVE_SESSION, gone)
-            db.executemany(_REMOVE_OWNER, gone)
-            for uri in batch.removed:  # one at a time: see _RELEASE_CONTENT
-                db.execute(_RELEASE_CONTENT, (uri,))
-                db.execute(_REMOVE_CONTENT_OWNER, (uri,))
+            SQLiteStore._remove(db, batch.removed, content=True)
+
+    @staticmethod
+    def _remove(db: sqlite3.Connection, removed: Sequence[str], *, content: bool) -> None:
+        gone = [(uri,) for uri in removed]
+        db.executemany(_REMOVE_CHANNEL, gone)
+        db.executemany(_REMOVE_SESSION, gone)
+        if not content:  # the rest waits for the batch's owners and shares (a fork)
+            return
+        db.executemany(_REMOVE_OWNER, gone)
+        for uri in removed:  # one at a time: see _RELEASE_CONTENT
+            db.execute(_RELEASE_CONTENT, (uri,))
+            db.execute(_REMOVE_CONTENT_OWNER, (uri,))
 
     def _rollback(self, db: sqlite3.Connection) -> None:
         try:
@@ -931,6 +1073,8 @@ class SQLiteStore:
                 raise self._error(exc) from exc
             raise
         self._compacted = self._floor
+        self._logged = 0
+        self._vacuum(db)
 
     def _compact(self, db: sqlite3.Connection, floor: int) -> None:
         floor = max(min(floor, _MAX_INT), _MIN_INT)  # as SQLite can hold it: the same here
@@ -975,6 +1119,24 @@ class SQLiteStore:
     def __repr__(self) -> str:
         state = "closed" if self._db is None else "open"
         return f"<SQLiteStore {self._name!r} ({state})>"
+
+
+def _grows(batch: Batch) -> bool:
+    """Whether a budget may refuse ``batch`` (see :meth:`SQLiteStore.commit`)."""
+    if batch.removed:
+        return False
+    return bool(batch.content) or any(record.only_to is None for record in batch.log)
+
+
+def _batch_bytes(batch: Batch) -> int:
+    return (sum(len(record.data) for record in batch.log)
+            + sum(len(record.state or b"") for record in batch.snapshots)
+            + sum(len(record.summary or b"") for record in batch.sessions)
+            + sum(len(record.data) for record in batch.content))
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB"
 
 
 def _by_seq(record: LogRecord) -> int:

@@ -539,6 +539,10 @@ class AgentDriver:
             event.responder.error(JsonRpcErrorCode.INVALID_PARAMS,
                                   "this agent cannot fork sessions (fork a chat instead)")
             return False
+        too_many = self.host.session_refusal(len(self._creating))
+        if too_many is not None:
+            event.responder.error(JsonRpcErrorCode.INVALID_REQUEST, too_many)
+            return False
         if self._closed:
             event.responder.error(JsonRpcErrorCode.INTERNAL_ERROR, "the host is shutting down")
             return False

@@ -64,6 +64,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 SERVER_NAME = "agenthost-protocol"
+DEFAULT_MAX_STORE_BYTES: Final = 1024**3
+"""``serve``'s store budget unless told otherwise: 1 GiB (``sqlite_store.DEFAULT_MAX_BYTES``,
+not imported here: ``--no-store`` never loads SQLite)."""
 
 
 class AgentKind(str, enum.Enum):
@@ -132,6 +135,10 @@ class ServeOptions:
     :meth:`store_name` in the user's data directory)."""
     no_store: bool = False
     """Keep everything in memory only: a restart forgets every session."""
+    max_store_bytes: int = DEFAULT_MAX_STORE_BYTES
+    """The store's budget (``serve --max-store-bytes``): past it, changes are refused
+    (``SQLiteStore.max_bytes``, ``docs/serve.md``, Persistence); disposing of sessions
+    frees space."""
     capture: str | None = None
     """A directory that receives every connection's traffic, one transcript file per
     connection (:mod:`.capture`; ``None``: nothing is captured)."""
@@ -185,7 +192,7 @@ class ServeOptions:
         from ..sqlite_store import SQLiteStore, StoreInUse  # noqa: PLC0415
 
         try:
-            return SQLiteStore(path)
+            return SQLiteStore(path, max_bytes=self.max_store_bytes)
         except StoreInUse as e:
             # the usual cause: this agent is served already; say how to serve it again
             raise StoreInUse(f"{e}; to serve this agent once more, give it another file "
@@ -209,6 +216,8 @@ class ServeOptions:
             raise ValueError("a store and no_store together")
         if self.capture_max_bytes < 1:
             raise ValueError("capture_max_bytes must be positive")
+        if self.max_store_bytes < 1:
+            raise ValueError("max_store_bytes must be positive")
 
     def settings_path(self) -> Path:
         """The settings file that keeps the access token."""

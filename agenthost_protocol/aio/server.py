@@ -118,6 +118,10 @@ class ServerLimits:
     """Distinct channels one connection may subscribe to (the host core's)."""
     max_reconnects_per_minute: int = 30
     """``reconnect`` requests one connection may send per minute (the host core's)."""
+    max_sessions: int = 10_000
+    """Sessions the host keeps at once, stored ones included (the host core's)."""
+    max_chats_per_session: int = 256
+    """Chats one session may have (the host core's)."""
     compression: Literal["auto", "deflate", "none"] = "auto"
     """WebSocket permessage-deflate with the clients that offer it: ``"deflate"``,
     ``"none"``, or ``"auto"``: none on a loopback address (the bytes cost
@@ -127,7 +131,8 @@ class ServerLimits:
     def __attrs_post_init__(self) -> None:
         if min(self.max_message_size, self.max_queue_messages, self.max_queue_bytes,
                self.max_connections, self.max_total_queue_bytes, self.max_subscriptions,
-               self.max_reconnects_per_minute) < 1:
+               self.max_reconnects_per_minute, self.max_sessions,
+               self.max_chats_per_session) < 1:
             raise LocalProtocolError("the limits must be positive")
         if self.compression not in ("auto", "deflate", "none"):
             raise LocalProtocolError("compression is auto, deflate or none")
@@ -141,7 +146,9 @@ class ServerLimits:
         """The budgets the host core enforces itself."""
         return HostLimits(max_subscriptions=self.max_subscriptions,
                           max_reconnects_per_minute=self.max_reconnects_per_minute,
-                          max_message_size=self.max_message_size)
+                          max_message_size=self.max_message_size,
+                          max_sessions=self.max_sessions,
+                          max_chats_per_session=self.max_chats_per_session)
 
 
 class CloseReason(str, Enum):

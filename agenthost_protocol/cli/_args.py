@@ -25,6 +25,23 @@ def positive_int(text: str) -> int:
     return value
 
 
+_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def byte_size(text: str) -> int:
+    """A positive number of bytes: ``1048576``, ``512K``, ``64M``, ``1G`` (binary units;
+    a trailing ``B`` or ``iB`` is allowed: ``64MiB``)."""
+    body = text.strip().upper().removesuffix("B").removesuffix("I")
+    unit = body[-1:] if body[-1:] in _UNITS else ""
+    try:
+        value = int(body[:len(body) - len(unit)]) * _UNITS[unit]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text} is not a size in bytes (e.g. 512M, 2G)") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive size")
+    return value
+
+
 def seconds(text: str) -> float:
     value = float(text)
     if not value >= 0:  # NaN too

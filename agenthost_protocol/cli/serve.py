@@ -10,7 +10,14 @@ import os
 import sys
 from typing import Any
 
-from ._args import LOG_LEVELS, agent_choice, positive_int, positive_seconds, seconds
+from ._args import (
+    LOG_LEVELS,
+    agent_choice,
+    byte_size,
+    positive_int,
+    positive_seconds,
+    seconds,
+)
 
 __all__ = ["add_parser", "serve_command"]
 
@@ -66,6 +73,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                        "using the one store of earlier versions)")
     where.add_argument("--no-store", action="store_true",
                        help="keep everything in memory only: a restart forgets every session")
+    persistence.add_argument("--max-store-bytes", type=byte_size, default=2**30,
+                             metavar="BYTES", help="the store's budget (default 1G; K, M and "
+                             "G suffixes are binary units): past it, changes are refused and "
+                             "disposing of sessions (sessions rm) frees space")
     serve.add_argument("--capture", metavar="DIR",
                        help="write each connection's traffic to a file of DIR (created, "
                        "private to this user), one JSON Lines transcript per connection, as "
@@ -141,6 +152,14 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                         default=defaults.max_reconnects_per_minute, metavar="N",
                         help="reconnect requests one connection may send per minute "
                         f"(default {defaults.max_reconnects_per_minute})")
+    limits.add_argument("--max-sessions", type=positive_int, default=defaults.max_sessions,
+                        metavar="N", help="sessions the host keeps, stored ones included "
+                        f"(default {defaults.max_sessions}); createSession beyond it is "
+                        "refused until sessions are disposed of")
+    limits.add_argument("--max-chats-per-session", type=positive_int,
+                        default=defaults.max_chats_per_session, metavar="N",
+                        help=f"chats one session may have (default "
+                        f"{defaults.max_chats_per_session})")
     serve.add_argument("--agent", type=agent_choice, default="demo",
                        metavar="{demo,acp,pi,xcsh,MODULE:ATTR}",
                        help="the agent: the built-in demo (default, no COMMAND), an ACP agent "
@@ -168,6 +187,8 @@ class _ServerLimitDefaults:
     claim_probe_timeout = 3.0
     max_subscriptions = 1024
     max_reconnects_per_minute = 30
+    max_sessions = 10_000
+    max_chats_per_session = 256
 
 
 def _read_token(args: argparse.Namespace, parser: argparse.ArgumentParser) -> str | None:
@@ -262,6 +283,8 @@ def serve_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
             claim_probe_timeout=args.claim_probe_timeout,
             max_subscriptions=args.max_subscriptions,
             max_reconnects_per_minute=args.max_reconnects_per_minute,
+            max_sessions=args.max_sessions,
+            max_chats_per_session=args.max_chats_per_session,
             compression=args.compression,
         ),
         agent=args.agent if agent_object is None else "demo",
@@ -276,6 +299,7 @@ def serve_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
         keyfile=args.keyfile,
         store=args.store,
         no_store=args.no_store,
+        max_store_bytes=args.max_store_bytes,
         capture=args.capture,
     )
     return run(options)

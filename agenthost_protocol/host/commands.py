@@ -22,6 +22,7 @@ from . import sessions
 from .bounds import page_chunks, snapshot_budget
 from .content import ContentStore
 from .events import Event, RequestReceived, StoreFailed
+from .limits import HostLimits
 from .persistence import ChannelTable, Journal, decode_summary
 from .store import HostStore, StoreError
 from .validation import check_chat_source
@@ -52,6 +53,7 @@ class Commands:
     _events: deque[Event]
     _clock: Callable[[], int]
     content: ContentStore
+    _limits: HostLimits
 
     if TYPE_CHECKING:
         # the host's own, which these use
@@ -66,6 +68,16 @@ class Commands:
         def _is_listed(self, uri: str) -> bool: ...
         @property
         def limits(self) -> HostLimits: ...
+
+    def session_refusal(self, creating: int = 0) -> str | None:
+        """Why a ``createSession`` must be refused now (answer it ``-32600`` with this),
+        or ``None``: the host holds ``HostLimits.max_sessions`` sessions, stored ones
+        included, with ``creating`` more being set up by the embedder."""
+        cap = self._limits.max_sessions
+        if len(self._sessions) + creating >= cap:
+            return (f"too many sessions: this host keeps at most {cap}; dispose of "
+                    "sessions first")
+        return None
 
     def create_session(
         self,
@@ -125,7 +137,8 @@ class Commands:
         """Answer a ``createChat`` request: check it, create the chat, ``session/chatAdded``.
 
         Errors: ``SessionNotFound`` (-32001) for an unknown session,
-        ``AlreadyExists`` (-32010) for a taken URI, ``InvalidParams`` for a URI
+        ``AlreadyExists`` (-32010) for a taken URI, ``InvalidRequest`` (-32600) for a
+        session with ``HostLimits.max_chats_per_session`` chats, ``InvalidParams`` for a URI
         that is not a chat's or a source or working directories that
         :func:`~agenthost_protocol.host.validation.check_chat_source` refuses.
         A fork copies the source's turns up to the named one and its working
@@ -151,6 +164,12 @@ class Commands:
             return None
         if channel_kind(params.chat) is not ChannelKind.CHAT:
             event.responder.error(JsonRpcErrorCode.INVALID_PARAMS, "not a chat URI")
+            return None
+        cap = self._limits.max_chats_per_session
+        if len(session.chats) >= cap:
+            event.responder.error(JsonRpcErrorCode.INVALID_REQUEST,
+                                  f"too many chats: a session has at most {cap}; dispose "
+                                  "of chats first")
             return None
         chats = {chat.resource: chat for chat in self._chat_states(session)}
         source = params.source

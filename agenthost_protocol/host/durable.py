@@ -90,6 +90,9 @@ class Durable:
     """Stored channel to when it was last loaded or changed (host clock)."""
     _commits: int
     content: ContentStore
+    _replay_base: int = 0
+    """The replay buffer's floor when it started (the ``serverSeq`` restored): above it,
+    the buffer's floor says what no reconnect can be replayed from any more."""
 
     if TYPE_CHECKING:
         # the host's own, which this half uses
@@ -113,6 +116,7 @@ class Durable:
         # a reconnect from before the restart is replayed from the store's log
         self._replay = ReplayBuffer(max_envelopes=self._replay.max_envelopes,
                                     max_bytes=self._replay.max_bytes, floor=self._seq)
+        self._replay_base = self._seq
         self._journal = Journal(self._seq)
         self._states.restore(tuple(uri for uri in restored.channels if uri != ROOT_CHANNEL))
         self._sessions.restore(restored.sessions, restored.owners)
@@ -286,7 +290,13 @@ class Durable:
 
     def _batch(self, journal: Journal) -> Batch:
         snapshots = []
-        touched = dict.fromkeys([*journal.added, *journal.pre])
+        # a channel that only logged records addressed to one client (rejections) is
+        # snapshot too once its log since the last snapshot is long: else those records,
+        # which loading it skips, would stay as its tail, uncompacted (a client sending
+        # refused actions would grow the store)
+        touched = dict.fromkeys([*journal.added, *journal.pre,
+                                 *(record.channel for record in journal.log
+                                   if record.only_to is not None)])
         sessions_touched: dict[str, None] = {}
         now = self._clock()
         for uri in touched:
@@ -337,8 +347,17 @@ class Durable:
             forgotten_clients=tuple(journal.forgotten),
             content=tuple(journal.content),
             shared=tuple(journal.shared),
-            log_floor=max(0, self._seq - self._replay.max_envelopes),
+            log_floor=self._log_floor(),
         )
+
+    def _log_floor(self) -> int:
+        """The highest seq no reconnect will be replayed from the log: the replay window
+        by count, and by bytes once the buffer evicted by them in this run (a reconnect
+        from before its floor would need more than ``replay_max_bytes``)."""
+        floor = self._seq - self._replay.max_envelopes
+        if self._replay.floor > self._replay_base:
+            floor = max(floor, self._replay.floor)
+        return max(0, floor)
 
     def _rollback(self, journal: Journal, error: StoreError) -> None:
         for uri, before in journal.pre.items():
@@ -450,8 +469,10 @@ class Durable:
             return None
         if [record.seq for record in records] != list(range(last + 1, floor + 1)):
             return None  # compacted away
-        if sum(len(record.data) for record in records) > self._replay.max_bytes:
-            return None  # the same byte bound as in memory
+        if sum(len(record.data) for record in records) + self._replay.size_bytes > (
+            self._replay.max_bytes
+        ):
+            return None  # the same byte bound as in memory (what _log_floor relies on)
         entries = []
         for record in records:
             try:

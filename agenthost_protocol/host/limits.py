@@ -21,8 +21,8 @@ class HostLimits:
     """Per-connection budgets of a :class:`~agenthost_protocol.host.Host`.
 
     An exceeded budget is answered with an error naming it (``-32602`` for
-    too many subscriptions, ``-32600`` for too many reconnects); nothing
-    changes.
+    too many subscriptions, ``-32600`` for too many reconnects, sessions or
+    chats); nothing changes.
     """
 
     max_subscriptions: int = 1024
@@ -50,6 +50,14 @@ class HostLimits:
     characters (a UUID has 36).  The host remembers clientIds for
     ``reconnect``, so their length bounds that memory; a longer one is refused
     ``-32602`` and the connection stays waiting for its handshake."""
+    max_sessions: int = 10_000
+    """Sessions the host keeps at once, stored ones included (each is a row the host
+    reads at start and a channel in memory when loaded): a ``createSession`` beyond it
+    is refused with ``-32600`` (``InvalidRequest``) until sessions are disposed of.
+    Host-wide, unlike the budgets above."""
+    max_chats_per_session: int = 256
+    """Chats one session may have: a ``createChat`` beyond it is refused with
+    ``-32600`` until chats are disposed of."""
 
     max_delivery_latency_ms: int = 1000
     """The longest a subscription's ``delivery.maxLatencyMs`` may have deltas held to
@@ -61,5 +69,6 @@ class HostLimits:
             raise LocalProtocolError("max_delivery_latency_ms must not be negative")
         if min(self.max_subscriptions, self.max_reconnects_per_minute,
                self.max_message_size, self.inline_content_bytes,
-               self.max_client_id_length) < 1:
+               self.max_client_id_length, self.max_sessions,
+               self.max_chats_per_session) < 1:
             raise LocalProtocolError("the host limits must be positive")

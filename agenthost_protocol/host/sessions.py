@@ -206,6 +206,10 @@ class SessionBook:
         self._sessions[uri] = (self._ordinal, created_at)
         self._chats[uri] = {}
 
+    def __len__(self) -> int:
+        """The sessions known, stored ones included."""
+        return len(self._sessions)
+
     def row(self, uri: str) -> tuple[int, str] | None:
         """Session ``uri``'s ordinal and creation stamp."""
         return self._sessions.get(uri)

@@ -785,8 +785,10 @@ def run(options: ServeOptions, out: IO[str] | None = None, err: IO[str] | None =
               file=err)
         return 1
     if stuck:
-        # the interpreter would wait for those threads at exit, maybe for ever
-        log.warning("threads of the agent are still running: exiting without them")
+        # the interpreter would wait for such threads at its exit, maybe for ever, and
+        # finalising a coroutine that catches everything can hang it as well: the
+        # store is closed, the logs and outputs are flushed, nothing else is owed
+        logging.shutdown()
         for stream in (out, err, sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):
                 stream.flush()
@@ -800,15 +802,26 @@ layer abandoned them: they catch cancellation) get once more, and as long for th
 default executor's threads, before ``serve`` goes on without them."""
 
 
+_EXECUTOR_THREADS: Final = "agenthost-executor"
+
+
 def _run_bounded(main: Coroutine[object, object, None]) -> bool:
     """``asyncio.run(main)``, but the end is bounded: ``asyncio.run`` cancels what is
     left and waits for it without a deadline (a task that catches the cancellation
     would keep the process for ever), then for every executor thread.  Here what
     is left gets :data:`_LEFTOVER_GRACE` seconds, and the threads as long.
 
-    ``True`` when executor threads still run (the caller exits without them)."""
+    ``True`` when a task or an executor thread was abandoned: the caller exits
+    without waiting for them (``os._exit``)."""
+    import threading  # noqa: PLC0415
+    from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415  # asyncio loads it
+
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
+    # ours, so that its threads can be told apart (asyncio's own shutdown of the default
+    # executor joins them on the loop's thread, without a deadline)
+    executor = ThreadPoolExecutor(thread_name_prefix=_EXECUTOR_THREADS)
+    loop.set_default_executor(executor)
     stuck = False
     try:
         loop.run_until_complete(main)
@@ -823,13 +836,19 @@ def _run_bounded(main: Coroutine[object, object, None]) -> bool:
                 if pending:
                     log.warning("%d task(s) ignored their cancellation: abandoned",
                                 len(pending))
+                    stuck = True
             with contextlib.suppress(asyncio.TimeoutError):
                 loop.run_until_complete(
                     asyncio.wait_for(loop.shutdown_asyncgens(), _LEFTOVER_GRACE))
-            try:
-                loop.run_until_complete(
-                    asyncio.wait_for(loop.shutdown_default_executor(), _LEFTOVER_GRACE))
-            except asyncio.TimeoutError:
+            executor.shutdown(wait=False, cancel_futures=True)  # idle threads end now
+            deadline = time.monotonic() + _LEFTOVER_GRACE
+            running = 0
+            for thread in threading.enumerate():
+                if thread.name.startswith(_EXECUTOR_THREADS):
+                    thread.join(max(0.0, deadline - time.monotonic()))
+                    running += thread.is_alive()
+            if running:
+                log.warning("%d thread(s) of the agent are still running: abandoned", running)
                 stuck = True
         finally:
             asyncio.set_event_loop(None)

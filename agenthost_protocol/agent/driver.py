@@ -13,8 +13,11 @@ what every agent needs and none should write:
   client cancels the turn, a new turn replaces it, its chat goes away or
   anything else leaves the chat without it (``chat/truncated``); a normal
   return ends the turn (``chat/turnComplete`` with its duration), an
-  exception fails it (``chat/error`` with its text, the traceback logged),
-  and the host goes on.  Queued messages start the next turn.  A session
+  exception fails it (``chat/error`` with its text, repaired and cut to
+  4 KiB by :func:`.dispatch.error_text`, the traceback logged), and the host
+  goes on.  A task that catches its cancellation plays no more: what it
+  does afterwards is dropped, and :meth:`AgentDriver.close` abandons it
+  after :attr:`~AgentDriver.close_timeout`.  Queued messages start the next turn.  A session
   without a title gets one when a turn starts: the agent's
   :meth:`~.base.Agent.title_for` of its message.
 * confirmations and input requests as futures the turn awaits (a client
@@ -561,10 +564,10 @@ class AgentDriver:
             turn_id = f"turn-{self._turns}"
             if turn_id not in taken:
                 break
-        self.dispatch_chat(chat, t.ChatTurnStartedAction(
-            turn_id=turn_id, started_at=iso(self.host.now()), message=message,
-            queued_message_id=queued_id))
-        self._start(chat, turn_id, message)
+        if self.dispatch_chat(chat, t.ChatTurnStartedAction(
+                turn_id=turn_id, started_at=iso(self.host.now()), message=message,
+                queued_message_id=queued_id)):
+            self._start(chat, turn_id, message)
 
     # -- commands -----------------------------------------------------------------------
 

@@ -355,3 +355,15 @@ def test_turn_methods_repair_lone_surrogates() -> None:
             assert isinstance(session, t.SessionState) and session.title == "title \ufffd"
 
     run(main(), timeout=60)
+
+
+@pytest.mark.parametrize("value", [-1.0, float("nan"), float("inf"), 3601.0])
+def test_the_close_timeout_is_checked(value: float, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(ValueError, match="close_timeout"):
+        ServeOptions(close_timeout=value)
+    from agenthost_protocol.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["serve", "--close-timeout", str(value), "--no-store"])
+    assert exit_.value.code == 2
+    assert "--close-timeout" in capsys.readouterr().err

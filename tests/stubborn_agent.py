@@ -26,6 +26,7 @@ cancellation.  ``hanging_dispose``: its ``dispose_session`` does the same.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 
 from agenthost_protocol import types as t
@@ -39,19 +40,15 @@ HUGE = 20 * 1024 * 1024
 async def _forever() -> None:
     """Sleeps for ever; nothing ends it."""
     while True:
-        try:
+        with contextlib.suppress(BaseException):  # the point of this agent
             await asyncio.sleep(3600)
-        except BaseException:  # noqa: S110  # the point of this agent
-            pass
 
 
 async def _sulk() -> None:
     """Sleeps for ever; no cancellation ends it."""
     while True:
-        try:
+        with contextlib.suppress(asyncio.CancelledError):
             await asyncio.sleep(3600)
-        except asyncio.CancelledError:
-            pass
 
 
 class Stubborn(Agent):
@@ -69,10 +66,8 @@ class Stubborn(Agent):
             await _sulk()
         elif word == "late":
             await turn.stream("working")
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.sleep(3600)
-            except asyncio.CancelledError:
-                pass
             await asyncio.sleep(LATE_DELAY)
             await turn.stream("late")
             await turn.title(LATE_TITLE)

@@ -20,7 +20,9 @@
 * anything else: streams ``echo: TEXT`` and returns.
 
 ``hanging_create``: its ``create_session`` never returns and catches every
-cancellation.  ``hanging_dispose``: its ``dispose_session`` does the same.
+cancellation.  ``hanging_dispose``: its ``dispose_session`` does the same, and
+``hanging_resume`` its ``resume_session`` (a session kept in the store from an
+earlier run, used again).
 """
 
 from __future__ import annotations
@@ -109,6 +111,15 @@ class HangingDispose(Stubborn):
         await _forever()
 
 
+class HangingResume(Stubborn):
+    provider = "hanging-resume"
+
+    async def resume_session(self, session: str, state: t.SessionState) -> str | None:
+        await _forever()
+        return None
+
+
 agent = Stubborn()
 hanging_create = HangingCreate()
 hanging_dispose = HangingDispose()
+hanging_resume = HangingResume()

@@ -173,6 +173,37 @@ def test_sigterm_stops_serve_whose_session_hooks_hang(tmp_path: Path, attr: str,
     assert f"the agent's {described} did not end within {CLOSE:g} s" in log, log
 
 
+def test_sigterm_stops_serve_whose_resume_hangs(tmp_path: Path) -> None:
+    """A stored session used again after a restart: its ``resume_session`` never ends
+    (the turn that made the layer resume it waits for it); SIGTERM still ends ``serve``."""
+    err = tmp_path / "serve.err"
+    args = serve_args("hanging_resume")
+    args[:1] = ["--store", str(tmp_path / "store.sqlite3")]
+
+    async def main() -> None:
+        async with serving(args, tmp_path / "first.err") as (proc, url), \
+                connect(url, reconnect=False) as client:
+            await open_session(client)
+            status, _ = await exits(proc, signal.SIGTERM)
+            assert status == 0
+        async with serving(args, err) as (proc, url), \
+                connect(url, reconnect=False) as client:
+            await client.initialize()
+            await client.subscribe(CHAT)
+            await client.dispatch(CHAT, turn_started("t1", "hello"))
+            await until(client, CHAT, lambda s: s.active_turn is not None)
+            await asyncio.sleep(0.3)  # the resume runs, and hangs
+            status, took = await exits(proc, signal.SIGTERM)
+        print(f"\nhanging resume: serve exited {took:.2f} s after SIGTERM "
+              f"(close timeout {CLOSE} s)")
+        assert status == 0, err.read_text()
+
+    run(main(), timeout=60)
+    log = err.read_text("utf-8")
+    assert (f"the agent's resume_session of {SESSION} did not end within {CLOSE:g} s"
+            in log), log
+
+
 @pytest.mark.parametrize("second", [signal.SIGTERM, signal.SIGINT])
 def test_a_second_signal_exits_at_once_and_keeps_what_was_acknowledged(
         tmp_path: Path, second: signal.Signals) -> None:

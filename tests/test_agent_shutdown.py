@@ -26,6 +26,7 @@ import pytest
 from agenthost_protocol import types as t
 from agenthost_protocol.agent import build_agent_server
 from agenthost_protocol.agent.dispatch import ERROR_TEXT_LIMIT
+from agenthost_protocol.agent.driver import UNSENDABLE_ERROR
 from agenthost_protocol.agent.hosting import ServeOptions
 from agenthost_protocol.aio import AsyncClient, ServerLimits, connected_client
 from agenthost_protocol.aio.client import connect
@@ -274,10 +275,11 @@ def abandoning(body: Coroutine[Any, Any, None], timeout: float = 30.0) -> None:
 
 
 @asynccontextmanager
-async def in_memory(close_timeout: float = 0.5) -> AsyncIterator[AsyncClient]:
+async def in_memory(close_timeout: float = 0.5,
+                    limits: ServerLimits | None = None) -> AsyncIterator[AsyncClient]:
     server, service = build_agent_server(
         stubborn_agent.Stubborn(),
-        ServeOptions(limits=ServerLimits(), close_timeout=close_timeout), clock)
+        ServeOptions(limits=limits or ServerLimits(), close_timeout=close_timeout), clock)
     await service.start()
     try:
         async with connected_client(server) as client:
@@ -403,3 +405,21 @@ def test_the_close_timeout_is_checked(value: float, capsys: pytest.CaptureFixtur
         main(["serve", "--close-timeout", str(value), "--no-store"])
     assert exit_.value.code == 2
     assert "--close-timeout" in capsys.readouterr().err
+
+
+def test_an_error_that_cannot_go_even_cut_ends_the_turn_with_a_fixed_text() -> None:
+    """A host whose messages are smaller than the cut error text (3,000 bytes against
+    4 KiB): the turn ends all the same, with the fixed text."""
+
+    async def main() -> None:
+        async with in_memory(limits=ServerLimits(max_message_size=3000)) as client:
+            await client.dispatch(CHAT, turn_started("t1", "fail-huge"))
+            state = await until(client, CHAT, ended(1))
+            error = last_error(state)
+            assert error is not None
+            assert (error.error_type, error.message) == ("AgentError", UNSENDABLE_ERROR)
+            await client.dispatch(CHAT, turn_started("t2", "hello"))
+            state = await until(client, CHAT, ended(2))
+            assert reply(state.turns[-1]) == "echo: hello"
+
+    abandoning(main())

@@ -80,14 +80,15 @@ def dispatch_agent_action(
     action = host.by_reference(action, channel)
     try:
         return host.dispatch(channel, action)
-    except LocalProtocolError:
+    except LocalProtocolError as e:
+        first = e  # what is said when nothing can be repaired (too large, say)
         repaired, notes = wire.repair(action)
         if notes:
             log.warning("the agent sent a %s on %s that is not valid JSON; repaired: %s",
                         action.type, channel, "; ".join(notes))
             try:
                 return host.dispatch(channel, repaired)
-            except LocalProtocolError as e:
-                first = e
+            except LocalProtocolError as again:
+                first = again
         log.error("dropped the agent's %s on %s: %s", action.type, channel, first)
         return None

@@ -13,8 +13,11 @@ what every agent needs and none should write:
   client cancels the turn, a new turn replaces it, its chat goes away or
   anything else leaves the chat without it (``chat/truncated``); a normal
   return ends the turn (``chat/turnComplete`` with its duration), an
-  exception fails it (``chat/error`` with its text, the traceback logged),
-  and the host goes on.  Queued messages start the next turn.  A session
+  exception fails it (``chat/error`` with its text, repaired and cut to
+  4 KiB by :func:`.dispatch.error_text`, the traceback logged), and the host
+  goes on.  A task that catches its cancellation plays no more: what it
+  does afterwards is dropped, and :meth:`AgentDriver.close` abandons it
+  after :attr:`~AgentDriver.close_timeout`.  Queued messages start the next turn.  A session
   without a title gets one when a turn starts: the agent's
   :meth:`~.base.Agent.title_for` of its message.
 * confirmations and input requests as futures the turn awaits (a client
@@ -47,12 +50,22 @@ from ..host import ClientActionApplied, Event, Host, RequestReceived
 from ..host.sessions import iso
 from ..types.error_codes import AhpErrorCode, JsonRpcErrorCode
 from .base import Agent, AgentError, NewSession
-from .dispatch import dispatch_agent_action
+from .dispatch import bounded_text, dispatch_agent_action, error_name, error_text
 from .turn import Turn
 
-__all__ = ["NOT_SERVED", "AgentDriver"]
+__all__ = ["CLOSE_TIMEOUT", "NOT_SERVED", "UNSENDABLE_ERROR", "AgentDriver"]
 
 log = logging.getLogger(__name__)
+
+CLOSE_TIMEOUT: Final = 3.0
+"""Seconds :meth:`AgentDriver.close` waits for the turns it cancelled, the sessions
+being set up or resumed and the ``dispose_session`` hooks still running; what has
+not ended by then is logged and abandoned (``serve --close-timeout``)."""
+
+UNSENDABLE_ERROR: Final = ("the agent failed, and its error could not be sent "
+                           "(the host's log has it)")
+"""The text of the ``chat/error`` that ends a failed turn when even the repaired and
+cut error text could not be dispatched."""
 
 _HELD_LIMIT: Final = 1000
 """Client actions one session may have waiting for its resume; more are dropped."""
@@ -71,8 +84,11 @@ class AgentDriver:
     """Drives ``agent`` on ``host``; ``flush`` sends what the host queued (the
     server's ``flush``).  Install :meth:`handle` as the server's handler."""
 
-    def __init__(self, agent: Agent, host: Host, flush: Callable[[], None]) -> None:
+    def __init__(self, agent: Agent, host: Host, flush: Callable[[], None], *,
+                 close_timeout: float = CLOSE_TIMEOUT) -> None:
         self.agent = agent
+        self.close_timeout = close_timeout
+        """Seconds :meth:`close` waits for what it stops (:data:`CLOSE_TIMEOUT`)."""
         self.host = host
         self._flush = flush
         agent._driver = self
@@ -84,14 +100,16 @@ class AgentDriver:
         self._creating: dict[str, asyncio.Task[None]] = {}
         """Sessions being set up by the agent -> the task waiting for it."""
         self._hooks: set[asyncio.Task[None]] = set()
-        self._tasks: dict[str, tuple[str, asyncio.Task[None]]] = {}
-        """chat -> (turn id, the task playing it)."""
+        self._tasks: dict[str, tuple[Turn, asyncio.Task[None]]] = {}
+        """chat -> (its turn, the task playing it)."""
         self._owner: dict[str, str] = {}
         """chat -> its session."""
         self._announced: dict[str, t.SessionSummary] = {}
         self._resuming: dict[str, asyncio.Task[str | None]] = {}
         """Stored sessions used again in this run -> the agent's resume_session."""
         self._abandoned: set[asyncio.Task[str | None]] = set()
+        self._stopping: dict[asyncio.Task[None], Turn] = {}
+        """Tasks of turns no longer played that were cancelled and have not ended yet."""
         self._held: dict[str, list[t.ActionEnvelope]] = {}
         """Sessions whose resume runs -> the client actions on them, given to the
         agent once it is done (what they ask for needs what it sets up)."""
@@ -199,7 +217,7 @@ class AgentDriver:
             case _:
                 pass
         entry = self._tasks.get(uri)
-        if entry is not None and not self._is_active(uri, entry[0]):
+        if entry is not None and not self._is_active(uri, entry[0].id):
             self._stop(uri)  # the chat lost the turn (truncated ...): stop playing it
         self._consume_queued(uri)
 
@@ -277,10 +295,11 @@ class AgentDriver:
             self._held.pop(session, None)
             raise
         except Exception as e:
-            log.warning("session %s cannot be resumed: %s", session, e)
-            reason = str(e) or type(e).__name__
+            reason = error_text(e)
+            log.warning("session %s cannot be resumed: %s", session, reason)
         else:
             if reason is not None:
+                reason = bounded_text(reason)
                 log.info("session %s cannot be resumed: %s", session, reason)
         # what came meanwhile, in order (a turn it starts awaits this task's result)
         for envelope in self._held.pop(session, []):
@@ -297,17 +316,22 @@ class AgentDriver:
 
     # -- dispatching (what the Turn uses) ---------------------------------------------
 
-    def dispatch_chat(self, chat: str, action: t.StateAction) -> None:
-        """Dispatch an agent's chat action (large content by reference), keep the
-        catalogue and summaries in step, and send it."""
-        self.host.dispatch(chat, self.host.by_reference(action, chat))
+    def dispatch_chat(self, chat: str, action: t.StateAction) -> bool:
+        """Dispatch an agent's chat action (large content by reference, an unencodable
+        value repaired, as :meth:`dispatch_actions` does), keep the catalogue and
+        summaries in step, and send it; ``False`` when even the repaired action
+        could not be dispatched (logged, dropped)."""
+        done = dispatch_agent_action(self.host, chat, action, log) is not None
         self._mirror(chat)
         self._flush()
+        return done
 
-    def dispatch_session(self, session: str, action: t.StateAction) -> None:
-        self.host.dispatch(session, action)
+    def dispatch_session(self, session: str, action: t.StateAction) -> bool:
+        """The same for an action on a session."""
+        done = dispatch_agent_action(self.host, session, action, log) is not None
         self._announce(session)
         self._flush()
+        return done
 
     def dispatch_actions(self, actions: Iterable[tuple[str, t.StateAction]]) -> None:
         """Dispatch actions the agent computed itself, ``(channel, action)`` in order:
@@ -418,24 +442,44 @@ class AgentDriver:
         turn = Turn(self, session=session, chat=chat, turn_id=turn_id, message=message,
                     started_ms=self.host.now())
         task = asyncio.get_running_loop().create_task(self._play(turn))
-        self._tasks[chat] = (turn_id, task)
+        self._tasks[chat] = (turn, task)
 
     def _stop(self, chat: str, turn_id: str | None = None) -> None:
         entry = self._tasks.get(chat)
-        if entry is not None and (turn_id is None or entry[0] == turn_id):
+        if entry is not None and (turn_id is None or entry[0].id == turn_id):
             del self._tasks[chat]
-            entry[1].cancel()
+            self._let_go(*entry)
         for call in [k for k in self._confirmations if k[0] == chat]:
             self._confirmations.pop(call).cancel()
         for ask in [k for k in self._inputs if k[0] == chat]:
             self._inputs.pop(ask).cancel()
+
+    def _let_go(self, turn: Turn, task: asyncio.Task[None]) -> None:
+        """Stop playing ``turn``: its task is cancelled, and whatever it does from now
+        on (it may catch the cancellation and go on) reaches no chat: the turn is
+        no longer :meth:`playing <plays>`.  A task that lives on is kept, so that
+        :meth:`close` waits for it (bounded) and names it if it will not end."""
+        turn._playing = False
+        task.cancel()
+        if not task.done():
+            self._stopping[task] = turn
+            task.add_done_callback(self._forget)
+
+    def _forget(self, task: asyncio.Task[None]) -> None:
+        self._stopping.pop(task, None)
+
+    def plays(self, turn: Turn) -> bool:
+        """Whether ``turn`` is still played: false once its turn ended, was cancelled or
+        replaced, or the host closes, even while its task runs on."""
+        return turn._playing
 
     def is_active(self, chat: str, turn_id: str) -> bool:
         """Whether ``turn_id`` is ``chat``'s active turn."""
         return self._is_active(chat, turn_id)
 
     def _live(self, turn: Turn) -> bool:
-        return self._is_active(turn.chat, turn.id)
+        # by identity first: a later turn that took the same id is not this one
+        return turn._playing and self._is_active(turn.chat, turn.id)
 
     def _is_active(self, chat: str, turn_id: str) -> bool:
         state = self.host.state(chat) if self.host.has_channel(chat) else None
@@ -451,7 +495,7 @@ class AgentDriver:
                 if self._live(turn):
                     self._end(turn, t.ChatErrorAction(
                         turn_id=turn.id, duration=0, error=t.ErrorInfo(
-                            error_type="NotResumable", message=reason)))
+                            error_type="NotResumable", message=bounded_text(reason))))
                 self._release(turn)
                 return
         try:
@@ -461,18 +505,22 @@ class AgentDriver:
         except Exception as e:
             log.exception("the agent failed in turn %s of %s", turn.id, turn.chat)
             if self._live(turn):
-                text = str(e) or type(e).__name__
                 self._end(turn, t.ChatErrorAction(
                     turn_id=turn.id, duration=self._duration(turn),
-                    error=t.ErrorInfo(error_type=_error_type(e), message=text)))
+                    error=t.ErrorInfo(error_type=_error_type(e), message=error_text(e))))
         else:
             if self._live(turn):
                 self._end(turn, t.ChatTurnCompleteAction(turn_id=turn.id,
                                                          duration=self._duration(turn)))
+            elif not turn._playing and not self._closed:
+                log.info("turn %s of %s ended on the wire before its task returned (it "
+                         "caught the cancellation); what it did since was dropped",
+                         turn.id, turn.chat)
         finally:
             self._release(turn)
 
     def _release(self, turn: Turn) -> None:
+        turn._playing = False  # what its own tasks still do reaches no chat
         entry = self._tasks.get(turn.chat)
         if entry is not None and entry[1] is asyncio.current_task():
             del self._tasks[turn.chat]
@@ -483,10 +531,16 @@ class AgentDriver:
         return max(0, self.host.now() - turn.started_ms)
 
     def _end(self, turn: Turn, action: t.StateAction) -> None:
-        try:
-            self.dispatch_chat(turn.chat, action)
-        except LocalProtocolError:
-            log.exception("could not end turn %s of %s", turn.id, turn.chat)
+        if self.dispatch_chat(turn.chat, action):
+            return
+        # a bounded, repaired text that still cannot go (a hostile error type ...):
+        # the turn ends all the same, with a text that always can
+        log.error("could not end turn %s of %s with its %s; ending it with a fixed "
+                  "message", turn.id, turn.chat, action.type)
+        if not self.dispatch_chat(turn.chat, t.ChatErrorAction(
+                turn_id=turn.id, duration=self._duration(turn),
+                error=t.ErrorInfo(error_type="AgentError", message=UNSENDABLE_ERROR))):
+            log.error("could not end turn %s of %s", turn.id, turn.chat)
 
     def _consume_queued(self, chat: str) -> None:
         state = self.host.state(chat) if self.host.has_channel(chat) else None
@@ -510,10 +564,10 @@ class AgentDriver:
             turn_id = f"turn-{self._turns}"
             if turn_id not in taken:
                 break
-        self.dispatch_chat(chat, t.ChatTurnStartedAction(
-            turn_id=turn_id, started_at=iso(self.host.now()), message=message,
-            queued_message_id=queued_id))
-        self._start(chat, turn_id, message)
+        if self.dispatch_chat(chat, t.ChatTurnStartedAction(
+                turn_id=turn_id, started_at=iso(self.host.now()), message=message,
+                queued_message_id=queued_id)):
+            self._start(chat, turn_id, message)
 
     # -- commands -----------------------------------------------------------------------
 
@@ -551,17 +605,17 @@ class AgentDriver:
                            working_directories=directories, active_client=params.active_client)
         refusal = self._call_agent(self.agent.refuse_session, setup, None)
         if refusal is not None:
-            event.responder.error(JsonRpcErrorCode.INTERNAL_ERROR, refusal)
+            event.responder.error(JsonRpcErrorCode.INTERNAL_ERROR, bounded_text(refusal))
             return False
         if type(self.agent).answers_when_ready:
             self._creating[uri] = asyncio.get_running_loop().create_task(
-                self._set_up_first(event, setup, params))
+                self._set_up_first(event, setup, params), name=f"create_session of {uri}")
             return True
         self.host.create_session(uri, provider=provider, working_directories=directories)
         event.responder.respond(None)
         if self._deferred:
             self._creating[uri] = asyncio.get_running_loop().create_task(
-                self._set_up(setup, params))
+                self._set_up(setup, params), name=f"create_session of {uri}")
             return False
         self._ready(uri, setup.chat, params)
         return False
@@ -571,7 +625,7 @@ class AgentDriver:
         try:
             await self.agent.create_session(setup)
         except Exception as e:
-            text = str(e) or type(e).__name__
+            text = error_text(e)
             log.warning("session %s failed: %s", uri, text)
             if self.host.has_channel(uri):
                 self.host.fail_session(uri, t.ErrorInfo(error_type=_error_type(e),
@@ -600,7 +654,7 @@ class AgentDriver:
                 self._flush()
             raise
         except Exception as e:
-            error = t.ErrorInfo(error_type=_error_type(e), message=str(e) or type(e).__name__)
+            error = t.ErrorInfo(error_type=_error_type(e), message=error_text(e))
             log.warning("session %s failed: %s", uri, error.message)
         finally:
             if self._creating.get(uri) is asyncio.current_task():
@@ -666,7 +720,8 @@ class AgentDriver:
             self._count_sessions()
         event.responder.respond(None)
         self._hook(self.agent.session_disposed, uri)
-        self._track(asyncio.get_running_loop().create_task(self._dispose(uri)))
+        self._track(asyncio.get_running_loop().create_task(
+            self._dispose(uri), name=f"dispose_session of {uri}"))
 
     async def _dispose(self, uri: str) -> None:
         try:
@@ -727,27 +782,49 @@ class AgentDriver:
     # -- the end ------------------------------------------------------------------------
 
     async def close(self) -> None:
-        """Cancel every turn (they stay as they are in the host's state) and wait."""
+        """Cancel every turn (they stay as they are in the host's state), every session
+        being set up or resumed, and wait for them and for the ``dispose_session``
+        hooks still running: at most :attr:`close_timeout` seconds in all.  What has
+        not ended by then (code that catches ``CancelledError`` and goes on, a hook
+        that hangs) is logged, by session and turn, and abandoned: cancelled once
+        more and no longer waited for; it reaches no chat any more."""
         self._closed = True
-        tasks = [task for _, task in self._tasks.values()] + list(self._creating.values())
-        resuming = [*self._resuming.values(), *self._abandoned]
+        waited: dict[asyncio.Task[None] | asyncio.Task[str | None], str] = {}
+        for turn, task in self._tasks.values():
+            self._let_go(turn, task)
         self._tasks.clear()
+        for task, turn in self._stopping.items():
+            waited[task] = f"turn {turn.id} of {turn.chat} (session {turn.session})"
+        for uri, creating in self._creating.items():
+            creating.cancel()
+            waited[creating] = f"the agent's create_session of {uri}"
+        for uri, resuming in self._resuming.items():
+            resuming.cancel()
+            waited[resuming] = f"the agent's resume_session of {uri}"
+        for resuming in self._abandoned:
+            resuming.cancel()
+            waited[resuming] = "the agent's resume_session of a disposed session"
         self._creating.clear()
         self._resuming.clear()
-        for task in resuming:
-            task.cancel()
-        await asyncio.gather(*resuming, return_exceptions=True)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
         for decision in self._confirmations.values():
             decision.cancel()
         for answer in self._inputs.values():
             answer.cancel()
         self._confirmations.clear()
         self._inputs.clear()
-        await asyncio.gather(*self._hooks, return_exceptions=True)
+        for hook in self._hooks:
+            # not cancelled: a hook that releases what a session held (stops its
+            # process) is let finish, within the same deadline
+            waited.setdefault(hook, f"the agent's {hook.get_name()}")
+        pending = {left for left in waited if not left.done()}
+        if pending:
+            _, pending = await asyncio.wait(pending, timeout=self.close_timeout)
+        for left in sorted(pending, key=waited.__getitem__):
+            log.warning("%s did not end within %g s of the close (it catches the "
+                        "cancellation, or hangs): abandoned", waited[left],
+                        self.close_timeout)
+            left.cancel()
 
 
 def _error_type(e: BaseException) -> str:
-    return e.error_type if isinstance(e, AgentError) else type(e).__name__
+    return error_name(e.error_type) if isinstance(e, AgentError) else type(e).__name__

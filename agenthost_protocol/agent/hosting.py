@@ -26,9 +26,9 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Final, Protocol, runtime_checkable
+from typing import IO, TYPE_CHECKING, Final, NoReturn, Protocol, runtime_checkable
 
 from attrs import field, frozen
 
@@ -142,6 +142,11 @@ class ServeOptions:
     capture: str | None = None
     """A directory that receives every connection's traffic, one transcript file per
     connection (:mod:`.capture`; ``None``: nothing is captured)."""
+    close_timeout: float = 3.0
+    """Seconds the agent layer waits, when ``serve`` stops, for the turns it cancelled,
+    the sessions being set up and the ``dispose_session`` hooks (then as long
+    for the agent's ``close``); what has not ended by then is logged and
+    abandoned, and the process exits all the same (``driver.CLOSE_TIMEOUT``)."""
     capture_max_bytes: int = 64 * 1024 * 1024
     """The most bytes one connection's capture file grows to (``capture.DEFAULT_MAX_BYTES``;
     not imported here: ``serve`` without ``--capture`` never loads the capture)."""
@@ -218,6 +223,8 @@ class ServeOptions:
             raise ValueError("capture_max_bytes must be positive")
         if self.max_store_bytes < 1:
             raise ValueError("max_store_bytes must be positive")
+        if not 0 <= self.close_timeout <= 3600:  # NaN too
+            raise ValueError("close_timeout must be a number of seconds from 0 to 3600")
 
     def settings_path(self) -> Path:
         """The settings file that keeps the access token."""
@@ -478,34 +485,61 @@ class _Closer:
             await self._agent.close()
 
 
+_SECOND_SIGNAL: Final = b"agenthost-protocol serve: a second signal: exiting at once\n"
+
+
+def _exit_at_once(signum: int) -> NoReturn:
+    """The second SIGINT or SIGTERM: end the process now, whatever still runs.
+
+    Nothing acknowledged is lost: the host writes every change to its store
+    before it sends anything about it (``Host.commit`` runs first in every
+    flush), and SQLite rolls back at the next open a transaction this exit
+    cut short.  So the store is not touched here: a signal handler runs
+    between two bytecodes of the main thread, maybe inside a commit.
+    """
+    with contextlib.suppress(OSError):
+        os.write(2, _SECOND_SIGNAL)
+    os._exit(128 + signum)
+
+
 @contextlib.contextmanager
 def _stop_on_signals(stop: asyncio.Event) -> Iterator[None]:
+    """SIGINT and SIGTERM set ``stop``; once one came, the next exits the process at once.
+
+    Python-level handlers (not the loop's): they run in the main thread even
+    while the loop is blocked (an agent that calls ``time.sleep`` in a turn),
+    and the first one wakes the loop itself.  Once a signal came the handlers
+    stay, since the process is on its way out; otherwise the previous ones
+    are put back.
+    """
     loop = asyncio.get_running_loop()
-    installed: list[signal.Signals] = []
     previous: dict[signal.Signals, object] = {}
+    received = 0
 
     def on_signal(signum: signal.Signals) -> None:
-        log.info("received %s: shutting down", signum.name)
+        log.info("received %s: shutting down (a second SIGINT or SIGTERM exits at once)",
+                 signum.name)
         stop.set()
 
+    def handler(signum: int, _frame: object) -> None:
+        nonlocal received
+        received += 1
+        if received > 1:
+            _exit_at_once(signum)
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+            loop.call_soon_threadsafe(on_signal, signal.Signals(signum))
+
     for signum in (signal.SIGINT, signal.SIGTERM):
-        try:
-            loop.add_signal_handler(signum, on_signal, signum)
-            installed.append(signum)
-        except (NotImplementedError, RuntimeError, ValueError):
-            # no add_signal_handler (Windows) or not the main thread: plain handlers
-            with contextlib.suppress(ValueError, OSError):
-                previous[signum] = signal.signal(
-                    signum, lambda n, _f: loop.call_soon_threadsafe(on_signal, signal.Signals(n))
-                )
+        # not the main thread (ValueError): no signals here, as before
+        with contextlib.suppress(ValueError, OSError):
+            previous[signum] = signal.signal(signum, handler)
     try:
         yield
     finally:
-        for signum in installed:
-            loop.remove_signal_handler(signum)
-        for signum, handler in previous.items():
-            with contextlib.suppress(ValueError, OSError, TypeError):
-                signal.signal(signum, handler)  # type: ignore[arg-type]
+        if not received:
+            for signum, old in previous.items():
+                with contextlib.suppress(ValueError, OSError, TypeError):
+                    signal.signal(signum, old)  # type: ignore[arg-type]
 
 
 async def serve_host(
@@ -745,7 +779,7 @@ def run(options: ServeOptions, out: IO[str] | None = None, err: IO[str] | None =
 
         capture_errors = (CaptureError,)
     try:
-        asyncio.run(serve_host(options, ready=ready))
+        stuck = _run_bounded(serve_host(options, ready=ready))
     except KeyboardInterrupt:
         # SIGINT before the handlers were installed: nothing was served yet
         return 0
@@ -759,4 +793,73 @@ def run(options: ServeOptions, out: IO[str] | None = None, err: IO[str] | None =
         print(f"agenthost-protocol serve: cannot listen on {options.host}:{options.port}: {e}",
               file=err)
         return 1
+    if stuck:
+        # the interpreter would wait for such threads at its exit, maybe for ever, and
+        # finalising a coroutine that catches everything can hang it as well: the
+        # store is closed, the logs and outputs are flushed, nothing else is owed
+        logging.shutdown()
+        for stream in (out, err, sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(0)
     return 0
+
+
+_LEFTOVER_GRACE: Final = 0.5
+"""Seconds the tasks still pending after :func:`serve_host` returned (the agent
+layer abandoned them: they catch cancellation) get once more, and as long for the
+default executor's threads, before ``serve`` goes on without them."""
+
+
+_EXECUTOR_THREADS: Final = "agenthost-executor"
+
+
+def _run_bounded(main: Coroutine[object, object, None]) -> bool:
+    """``asyncio.run(main)``, but the end is bounded: ``asyncio.run`` cancels what is
+    left and waits for it without a deadline (a task that catches the cancellation
+    would keep the process for ever), then for every executor thread.  Here what
+    is left gets :data:`_LEFTOVER_GRACE` seconds, and the threads as long.
+
+    ``True`` when a task or an executor thread was abandoned: the caller exits
+    without waiting for them (``os._exit``)."""
+    import threading  # noqa: PLC0415
+    from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415  # asyncio loads it
+
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    # ours, so that its threads can be told apart (asyncio's own shutdown of the default
+    # executor joins them on the loop's thread, without a deadline)
+    executor = ThreadPoolExecutor(thread_name_prefix=_EXECUTOR_THREADS)
+    loop.set_default_executor(executor)
+    stuck = False
+    try:
+        loop.run_until_complete(main)
+    finally:
+        try:
+            left = [task for task in asyncio.all_tasks(loop) if not task.done()]
+            for task in left:
+                task.cancel()
+            if left:
+                _, pending = loop.run_until_complete(
+                    asyncio.wait(left, timeout=_LEFTOVER_GRACE))
+                if pending:
+                    log.warning("%d task(s) ignored their cancellation: abandoned",
+                                len(pending))
+                    stuck = True
+            with contextlib.suppress(asyncio.TimeoutError):
+                loop.run_until_complete(
+                    asyncio.wait_for(loop.shutdown_asyncgens(), _LEFTOVER_GRACE))
+            executor.shutdown(wait=False, cancel_futures=True)  # idle threads end now
+            deadline = time.monotonic() + _LEFTOVER_GRACE
+            running = 0
+            for thread in threading.enumerate():
+                if thread.name.startswith(_EXECUTOR_THREADS):
+                    thread.join(max(0.0, deadline - time.monotonic()))
+                    running += thread.is_alive()
+            if running:
+                log.warning("%d thread(s) of the agent are still running: abandoned", running)
+                stuck = True
+        finally:
+            asyncio.set_event_loop(None)
+            loop.close()
+    return stuck

@@ -7,7 +7,9 @@ module:attr`` does the same from the command line.
 
 from __future__ import annotations
 
+import asyncio
 import importlib
+import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -23,6 +25,8 @@ if TYPE_CHECKING:
 
 __all__ = ["AgentService", "build_agent_server", "load_agent", "run"]
 
+log = logging.getLogger(__name__)
+
 
 class AgentService:
     """An agent with its driver, as ``serve`` starts and stops it."""
@@ -35,8 +39,18 @@ class AgentService:
         await self.agent.start()
 
     async def close(self) -> None:
+        """The driver's close (turns and hooks, at most ``close_timeout`` seconds),
+        then the agent's own ``close``, given as long again; one that has not
+        returned by then is logged and abandoned (cancelled, not waited for)."""
         await self.driver.close()
-        await self.agent.close()
+        closing = asyncio.ensure_future(self.agent.close())
+        done, _ = await asyncio.wait({closing}, timeout=self.driver.close_timeout)
+        if not done:
+            log.warning("the agent's close did not end within %g s: abandoned",
+                        self.driver.close_timeout)
+            closing.cancel()
+            return
+        closing.result()
 
 
 def build_agent_server(
@@ -56,7 +70,7 @@ def build_agent_server(
         store=store,
     )
     server = HostServer(host, limits=options.limits)
-    driver = AgentDriver(agent, host, server.flush)
+    driver = AgentDriver(agent, host, server.flush, close_timeout=options.close_timeout)
     server.handler = driver.handle
     return server, AgentService(agent, driver)
 

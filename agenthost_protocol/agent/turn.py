@@ -4,6 +4,13 @@ Everything here dispatches through the host, keeps the session's summary in
 step and flushes the server, so that every subscriber sees each step as it
 happens.  The coroutine is cancelled (``asyncio.CancelledError``) when a
 client cancels the turn, a newer turn replaces it, or its chat goes away.
+
+Texts are repaired as every agent dispatch is (a lone surrogate becomes
+U+FFFD): a model's output cut inside an emoji does not fail the turn.  A
+coroutine that catches the cancellation and goes on plays no more: the turn
+ended on the wire at once, and what it does since is dropped (its
+:meth:`Turn.tool` calls are not approved, its :meth:`Turn.ask` waits until
+the task ends), so it never writes into a later turn of the chat.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from .. import types as t
 from ..host.sessions import iso
+from .dispatch import bounded_text
 
 if TYPE_CHECKING:
     from .driver import AgentDriver
@@ -44,6 +52,9 @@ class Turn:
         self._reasoning: str | None = None
         self._calls = 0
         self._asks = 0
+        self._playing = True
+        """False once the layer let go of this turn (it ended, or was cancelled or
+        replaced): what it dispatches from then on is dropped."""
 
     @property
     def text(self) -> str:
@@ -54,7 +65,7 @@ class Turn:
     def active(self) -> bool:
         """Whether this turn is still its chat's active turn (an agent that ends its
         turns itself, ``manages_chats``, waits for this to become false)."""
-        return self._driver.is_active(self.chat, self.id)
+        return self._driver._live(self)
 
     @property
     def attachments(self) -> tuple[t.MessageAttachment, ...]:
@@ -67,7 +78,13 @@ class Turn:
         return None if selection is None else selection.id
 
     def _dispatch(self, action: t.StateAction) -> None:
-        self._driver.dispatch_chat(self.chat, action)
+        if self._playing:
+            self._driver.dispatch_chat(self.chat, action)
+
+    async def _never(self) -> None:
+        """What a wait for a client (a confirmation, an answer) becomes in a turn no
+        longer played: nothing will come, and a loop around it must not spin."""
+        await asyncio.get_running_loop().create_future()
 
     def _part_id(self, kind: str) -> str:
         self._parts += 1
@@ -135,6 +152,8 @@ class Turn:
                                                  tool_name=name, display_name=label,
                                                  intention=intention))
         call = ToolCall(self, call_id)
+        if not self._playing:
+            return call  # not approved: the turn is over
         if not confirm:
             self._dispatch(t.ChatToolCallReadyAction(
                 turn_id=self.id, tool_call_id=call_id, invocation_message=invocation,
@@ -160,6 +179,8 @@ class Turn:
         self._asks += 1
         self._markdown = self._reasoning = None
         request_id = f"{self.id}.ask{self._asks}"
+        if not self._playing:
+            await self._never()
         answer = self._driver.expect_input(self.chat, request_id)
         self._dispatch(t.ChatInputRequestedAction(request=t.ChatInputRequest(
             id=request_id, message=message, questions=questions)))
@@ -174,7 +195,9 @@ class Turn:
 
     async def title(self, title: str) -> None:
         """Set the session's title."""
-        self._driver.dispatch_session(self.session, t.SessionTitleChangedAction(title=title))
+        if self._playing:
+            self._driver.dispatch_session(self.session,
+                                          t.SessionTitleChangedAction(title=title))
         await asyncio.sleep(0)
 
     def now_iso(self) -> str:
@@ -219,7 +242,7 @@ class ToolCall:
 
     async def fail(self, error: str, *, past_tense: str = "Failed") -> None:
         """The tool failed with ``error`` (a call not :attr:`running` is left as it is)."""
-        await self._finish(False, "", past_tense, t.ToolCallError(message=error))
+        await self._finish(False, "", past_tense, t.ToolCallError(message=bounded_text(error)))
 
     async def _finish(self, success: bool, output: str | tuple[t.ToolResultContent, ...],
                       past_tense: str, error: t.ToolCallError | None) -> None:

@@ -56,6 +56,11 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                        "a larger one closes that connection")
     serve.add_argument("--step-delay", type=seconds, default=0.05, metavar="SECONDS",
                        help="pause between two steps of a demo turn (default 0.05; demo only)")
+    serve.add_argument("--close-timeout", type=seconds, default=3.0, metavar="SECONDS",
+                       help="at a stop, how long to wait for turns, session set-ups and "
+                       "hooks of the agent that do not end when cancelled, then as long for "
+                       "the agent's close (default 3); then they are abandoned and serve "
+                       "exits (a second SIGINT or SIGTERM exits at once)")
     serve.add_argument("--replay-window", type=positive_int, default=10_000,
                        metavar="ENVELOPES", help="actions kept for reconnect replays "
                        "(default 10000; older gaps are answered with snapshots)")
@@ -257,6 +262,8 @@ def serve_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
                      "address may be served without a token")
     if args.keyfile is not None and args.certfile is None:
         parser.error("--keyfile needs --certfile")
+    if not args.close_timeout <= 3600:
+        parser.error("--close-timeout: at most 3600 seconds")
     if args.no_token and not args.stdio:
         print("agenthost-protocol serve: warning: --no-token: any program on this machine "
               "can connect and drive the agent", file=sys.stderr, flush=True)
@@ -301,5 +308,6 @@ def serve_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
         no_store=args.no_store,
         max_store_bytes=args.max_store_bytes,
         capture=args.capture,
+        close_timeout=args.close_timeout,
     )
     return run(options)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -290,3 +291,23 @@ def test_a_server_logs_its_connections_and_reconnects(caplog: pytest.LogCaptureF
         "connection #2: client memory-client reconnected, ")], server_lines
     assert [line for line in server_lines if line.startswith(
         "connection #1 (client memory-client): closed (")], server_lines
+
+
+def test_the_log_filter_cuts_a_huge_message_and_traceback() -> None:
+    """An agent's exception text (or a peer's string) of megabytes makes one line of a
+    bounded length: the message and the traceback are each cut with a note."""
+    import logging
+
+    from agenthost_protocol.aio.redact import MAX_LOG_TEXT, RedactSecrets
+
+    huge = "x" * (4 * MAX_LOG_TEXT)
+    try:
+        raise RuntimeError(huge)
+    except RuntimeError:
+        record = logging.LogRecord("t", logging.ERROR, __file__, 1, "failed: %s", (huge,),
+                                   sys.exc_info())
+    assert RedactSecrets(["secret"]).filter(record)
+    assert len(record.getMessage()) < MAX_LOG_TEXT + 100
+    assert record.getMessage().endswith(f"[cut: {len('failed: ') + len(huge)} characters in all]")
+    assert record.exc_text is not None and len(record.exc_text) < MAX_LOG_TEXT + 100
+    assert "characters in all]" in record.exc_text

@@ -165,7 +165,9 @@ async def hostile(tmp_path: Path, kind: str, mode: str, *serve_args: str) -> Asy
     err = tmp_path / "serve.err"
     seen: set[int] = set()
     try:
-        async with serving(["--no-store", *serve_args, "--agent", kind, "--",
+        # a short close: every test stops an agent that will not stop by itself
+        async with serving(["--no-store", "--close-timeout", "0.5", *serve_args, "--agent",
+                            kind, "--",
                             sys.executable, agent, mode], err) as (proc, url), connect(
                 url, client_id="ide", reconnect=False, request_timeout=TIMEOUT) as client:
             await client.initialize([ROOT])

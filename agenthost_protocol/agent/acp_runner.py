@@ -229,6 +229,7 @@ def build_acp_server(
     limits: ServerLimits | None = None,
     session_cwd: str | None = None,
     store: HostStore | None = None,
+    close_timeout: float = 2.0,
 ) -> tuple[HostServer, AcpAgentRunner]:
     """A :class:`HostServer` whose host runs ``agent``, and its runner (not started yet).
 
@@ -243,7 +244,8 @@ def build_acp_server(
         store=store,
     )
     server = HostServer(host, limits=limits)
-    return server, AcpAgentRunner(server, agent, provider=provider, session_cwd=session_cwd)
+    return server, AcpAgentRunner(server, agent, provider=provider, session_cwd=session_cwd,
+                                  close_timeout=close_timeout)
 
 
 class AcpAgentRunner(Agent):
@@ -320,7 +322,8 @@ class AcpAgentRunner(Agent):
         """Set whenever a bridge's output was carried out (turns wait on it)."""
         self._running = False
         self._closing = False
-        server.handler = AgentDriver(self, server.host, server.flush).handle
+        server.handler = AgentDriver(self, server.host, server.flush,
+                                     close_timeout=close_timeout).handle
 
     @property
     def host(self) -> Host:

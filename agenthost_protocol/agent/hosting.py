@@ -399,6 +399,7 @@ def build_server(
         server, runner = build_acp_server(
             AcpAgentCommand(command=command, args=tuple(args), env=env), clock=clock,
             replay_window=options.replay_window, limits=options.limits, store=store,
+            close_timeout=options.close_timeout,
         )
         return server, _AcpAgent(runner, options.agent_command)
     # the pi runner has no optional dependency, but only serve --agent pi needs it
@@ -415,7 +416,8 @@ def build_server(
     )
     server = HostServer(host, limits=options.limits)
     pi = PiAgentRunner(server, PiAgentCommand(command=command, args=tuple(args), env=env),
-                       dialect=dialect, provider=kind.value)
+                       dialect=dialect, provider=kind.value,
+                       close_timeout=options.close_timeout)
     return server, pi
 
 
@@ -580,6 +582,7 @@ async def serve_host(
         # before the agent starts: a settings file that cannot be used stops nothing
         # half-way
         token = None if options.stdio else options.access_token()
+        _hide_in_logs(token)
         server, agent = build_server(options, clock, store)
     except BaseException:
         if store is not None:
@@ -651,10 +654,11 @@ _LOG_SECRETS: Final = RedactSecrets()
 
 def _hide_in_logs(secret: str | None) -> None:
     """What the root logger's handlers (``serve``'s stderr) write shows ``secret`` as
-    ``REDACTED``, whichever logger the line comes from, whatever level."""
-    if secret is None:
-        return
-    _LOG_SECRETS.add(secret)
+    ``REDACTED``, whichever logger the line comes from, whatever level; and no line
+    is longer than :data:`~agenthost_protocol.aio.redact.MAX_LOG_TEXT` (an agent's
+    exception text can be megabytes), with a token or without."""
+    if secret is not None:
+        _LOG_SECRETS.add(secret)
     for handler in logging.getLogger().handlers:
         if _LOG_SECRETS not in handler.filters:
             handler.addFilter(_LOG_SECRETS)
@@ -672,7 +676,6 @@ async def _serve_websocket(
     # websockets is optional: stdio mode must work without it
     from ..aio.websocket import serve_websocket  # noqa: PLC0415
 
-    _hide_in_logs(token)
     context = None
     if options.certfile is not None:
         import ssl  # noqa: PLC0415

@@ -199,7 +199,8 @@ class PiAgentRunner(Agent):
         self._retiring: set[_PiProcess] = set()
         """Agents being stopped (disposed sessions among them): ``close`` waits for them."""
         self._closing = False
-        server.handler = AgentDriver(self, server.host, server.flush).handle
+        server.handler = AgentDriver(self, server.host, server.flush,
+                                     close_timeout=close_timeout).handle
 
     @property
     def host(self) -> Host:

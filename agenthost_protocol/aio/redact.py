@@ -17,9 +17,12 @@ import re
 from collections.abc import Iterable
 from typing import Final
 
-__all__ = ["REDACTED", "RedactSecrets", "redact_text", "redact_url"]
+__all__ = ["MAX_LOG_TEXT", "REDACTED", "RedactSecrets", "redact_text", "redact_url"]
 
 REDACTED: Final = "REDACTED"
+MAX_LOG_TEXT: Final = 64 * 1024
+"""The most characters :class:`RedactSecrets` lets through of a record's message, and
+of its traceback: an agent's exception text or a peer's string can be megabytes."""
 
 # a query parameter named token or tkn (any case: redacting too much is harmless).  The
 # URL may sit in prose: punctuation ending the value is the sentence's ("...?token=abc:
@@ -58,7 +61,8 @@ def redact_text(text: str) -> str:
 
 class RedactSecrets(logging.Filter):
     """A filter that passes every record, with the secrets of its message and of its
-    traceback replaced by ``REDACTED`` (:func:`redact_text`).
+    traceback replaced by ``REDACTED`` (:func:`redact_text`), each cut to ``max_chars``
+    characters (with a note of how long it was), so one line cannot flood the log.
 
     ``secrets`` (the access token itself ...) are replaced wherever they appear,
     whatever carries them.  Add it to a logger to cover the records logged
@@ -66,8 +70,9 @@ class RedactSecrets(logging.Filter):
     propagate), or to a handler to cover everything that handler writes.
     """
 
-    def __init__(self, secrets: Iterable[str] = ()) -> None:
+    def __init__(self, secrets: Iterable[str] = (), *, max_chars: int = MAX_LOG_TEXT) -> None:
         super().__init__()
+        self.max_chars = max_chars
         # the longest first: a secret holding another is replaced whole
         self._secrets = tuple(sorted({s for s in secrets if s}, key=len, reverse=True))
 
@@ -80,7 +85,11 @@ class RedactSecrets(logging.Filter):
         for secret in self._secrets:
             if secret in text:
                 text = text.replace(secret, REDACTED)
-        return redact_text(text)
+        text = redact_text(text)
+        if len(text) > self.max_chars:
+            # cut after redacting: a secret cut in two would no longer be recognised
+            text = f"{text[:self.max_chars]}... [cut: {len(text)} characters in all]"
+        return text
 
     def filter(self, record: logging.LogRecord) -> bool:
         try:

@@ -59,8 +59,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     serve.add_argument("--close-timeout", type=seconds, default=3.0, metavar="SECONDS",
                        help="at a stop, how long to wait for turns, session set-ups and "
                        "hooks of the agent that do not end when cancelled, then as long for "
-                       "the agent's close (default 3); then they are abandoned and serve "
-                       "exits (a second SIGINT or SIGTERM exits at once)")
+                       "the agent's close, or each step of stopping an agent process (default 3); "
+                       "then they are abandoned and serve exits (a second SIGINT or SIGTERM "
+                       "exits at once)")
     serve.add_argument("--replay-window", type=positive_int, default=10_000,
                        metavar="ENVELOPES", help="actions kept for reconnect replays "
                        "(default 10000; older gaps are answered with snapshots)")

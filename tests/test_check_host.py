@@ -587,7 +587,13 @@ def test_check_traffic_refuses_a_line_of_gigabytes_in_bounded_memory(tmp_path: P
 
 class _Flooding:
     """A host that answers ``initialize`` (every other request with null), then sends
-    3 MB notifications of ``[{},{},...]`` as fast as the connection takes them."""
+    3 MB notifications of ``[{},{},...]`` as fast as the connection takes them.
+
+    Before its first answer it sends ``burst_mb`` of them: however fast the checker
+    gets through its examples, the first one holds that much."""
+
+    def __init__(self, burst_mb: int = 0) -> None:
+        self.burst = -(-burst_mb * 1024 * 1024 // len(self.NOTIFICATION))
 
     NOTIFICATION = json.dumps({"jsonrpc": "2.0", "method": "checkHost/flood", "params": {
         "items": [{}] * (1_000_000 - 20)}}, separators=(",", ":"))
@@ -609,6 +615,9 @@ class _Flooding:
                     result = None
                     if request.get("method") == "initialize":
                         result = {"protocolVersion": "0.7.0", "serverSeq": 0, "snapshots": []}
+                        for _ in range(self.burst):
+                            socket.send(self.NOTIFICATION)
+                        self.burst = 0
                         threading.Thread(target=flood, args=(socket,), daemon=True).start()
                     socket.send(json.dumps({"jsonrpc": "2.0", "id": request["id"],
                                             "result": result}))
@@ -629,7 +638,8 @@ def test_a_flooding_host_ends_the_run_within_its_byte_budget(budget_mib: int | N
     # the default budget (128 MiB), and one given with --max-traffic
     budget = budget_mib or 128
     flag = ["--max-traffic", str(budget_mib)] if budget_mib else []
-    with _Flooding() as host:
+    # past the budget before the first answer: the run must end whatever the timing
+    with _Flooding(burst_mb=budget + 16) as host:
         started = time.monotonic()
         code, out, err, peak = _measured(
             ["check-host", host.url, "--examples", "3", "--seed", "0", *flag],

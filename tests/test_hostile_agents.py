@@ -29,6 +29,7 @@ from agenthost_protocol import types as t
 from agenthost_protocol.host.sessions import iso
 
 from ._aio_peer import TIMEOUT, serving, stop
+from ._procs import children, stat_fields
 
 pytestmark = [
     pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc"),
@@ -55,32 +56,12 @@ def run(coro: Coroutine[Any, Any, None], timeout: float = 120.0) -> None:
 # -- processes -------------------------------------------------------------------------
 
 
-def _stat(pid: int) -> list[str] | None:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            text = f.read()
-    except OSError:
-        return None
-    return text.rsplit(")", 1)[1].split()
-
-
-def children(pid: int) -> set[int]:
-    """The processes whose parent is ``pid``, zombies included."""
-    found = set()
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            fields = _stat(int(entry))
-            if fields is not None and fields[1] == str(pid):
-                found.add(int(entry))
-    return found
-
-
 def zombies(pid: int) -> set[int]:
-    return {c for c in children(pid) if (_stat(c) or ["?"])[0] == "Z"}
+    return {c for c in children(pid) if (stat_fields(c) or ["?"])[0] == "Z"}
 
 
 def alive(pid: int) -> bool:
-    fields = _stat(pid)
+    fields = stat_fields(pid)
     return fields is not None and fields[0] not in ("Z", "X")
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -29,6 +28,7 @@ from agenthost_protocol.cli import main
 from agenthost_protocol.host.sessions import iso
 
 from ._aio_peer import TIMEOUT, child_env, serve_command, serving, spawn, stop
+from ._procs import children, stat_fields
 
 HERE = Path(__file__).parent
 ACP_AGENT = str(HERE / "acp_agents" / "scripted_agent.py")
@@ -47,29 +47,8 @@ def run(coro: Coroutine[Any, Any, None], timeout: float = 60.0) -> None:
 # -- processes -------------------------------------------------------------------------
 
 
-def _stat(pid: int) -> list[str] | None:
-    """The fields of ``/proc/PID/stat`` after the command name; ``None`` if there is no such."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            text = f.read()
-    except OSError:
-        return None
-    return text.rsplit(")", 1)[1].split()
-
-
-def children(pid: int) -> set[int]:
-    """The processes whose parent is ``pid``."""
-    found = set()
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            fields = _stat(int(entry))
-            if fields is not None and fields[1] == str(pid):
-                found.add(int(entry))
-    return found
-
-
 def alive(pid: int) -> bool:
-    fields = _stat(pid)
+    fields = stat_fields(pid)
     return fields is not None and fields[0] != "Z"
 
 

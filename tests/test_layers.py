@@ -23,11 +23,11 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "agenthost_protocol"
 IO_LAYERS = ("aio", "agent", "cli")
-IO_MODULES = ("__main__.py", "sqlite_store.py",
+IO_MODULES = ("__main__.py", "sqlite_store.py", "asgi.py",
               # check-host's live runs: threads, sockets, processes (the checks are pure)
               "hostcheck/driver.py", "hostcheck/machine.py")
 # rank of each layer above the pure core (0); a module imports none of a higher rank
-RANKS = {"aio": 1, "sqlite_store": 1, "hostcheck": 1, "agent": 2, "cli": 3}
+RANKS = {"aio": 1, "asgi": 1, "sqlite_store": 1, "hostcheck": 1, "agent": 2, "cli": 3}
 FORBIDDEN = ("asyncio", "sqlite3", "websockets", "acp", "orjson_never_required")
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from typing import Literal
 
@@ -24,7 +25,7 @@ import uvicorn
 from starlette.applications import Starlette
 from starlette.routing import Mount
 from websockets.asyncio.client import connect as ws_connect
-from websockets.exceptions import ConnectionClosed
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from agenthost_protocol import methods
 from agenthost_protocol import types as t
@@ -53,6 +54,20 @@ Kind = Literal["uvicorn", "hypercorn"]
 KINDS: tuple[Kind, ...] = ("uvicorn", "hypercorn")
 TOKEN = "s3cret-token"
 ASGIApp = Callable[[MutableMapping[str, object], object, object], Awaitable[None]]
+
+
+def zero_masked_text_frame(text: str) -> bytes:
+    """A client's text frame with the mask key 0 (valid, and no per-byte work for a
+    megabyte of payload)."""
+    payload = text.encode()
+    n = len(payload)
+    if n < 126:
+        header = bytes([0x81, 0x80 | n])
+    elif n < 65536:
+        header = bytes([0x81, 0x80 | 126]) + n.to_bytes(2, "big")
+    else:
+        header = bytes([0x81, 0x80 | 127]) + n.to_bytes(8, "big")
+    return header + b"\0\0\0\0" + payload
 
 
 class Served:
@@ -209,10 +224,12 @@ def test_a_turn_round_trip_and_http_answers(kind: Kind, mounted: bool) -> None:
             assert (await http_get(s.port, s.prefix + "elsewhere"))[0] == 404
             if mounted:
                 assert (await http_get(s.port, "/other/"))[0] == 404
-                with pytest.raises(Exception, match="404|403"):
+                # Starlette's own refusal of a WebSocket it has no route for
+                with pytest.raises(InvalidStatus) as refused:
                     async with ws_connect(f"ws://127.0.0.1:{s.port}/other/?token={TOKEN}",
                                           ping_interval=None):
                         pass
+                assert refused.value.response.status_code in (403, 404)
             # a WebSocket under the root path is no host
             status, _, _ = await http_get(
                 s.port, f"{s.prefix}elsewhere?token={TOKEN}", upgrade_headers(s.port))
@@ -337,3 +354,45 @@ def test_close_codes_and_paths() -> None:
     assert route_path({"path": "/ahpx/", "root_path": "/ahp"}) == "/ahpx/"
     assert route_path({"path": "/x", "root_path": ""}) == "/x"
     assert methods.PING  # the raw clients above speak it
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_client_that_stops_reading_is_dropped_alone(
+        kind: Kind, caplog: pytest.LogCaptureFixture) -> None:
+    async def body() -> None:
+        # a close that cannot be sent (the client reads nothing) is given up after 0.5 s
+        limits = ServerLimits(max_queue_bytes=4 * 1024 * 1024, close_timeout=0.5)
+        async with served(kind, limits=limits) as s:
+            url = f"{s.url}?token={TOKEN}"
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.setblocking(False)
+            await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", s.port))
+            reader, writer = await asyncio.open_connection(sock=sock)
+            try:
+                request = "".join(f"{k}: {v}\r\n" for k, v in upgrade_headers(s.port).items())
+                writer.write(f"GET /?token={TOKEN} HTTP/1.1\r\n{request}\r\n".encode())
+                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), TIMEOUT)
+                assert head.startswith(b"HTTP/1.1 101"), head
+                async with ws_connect(url, ping_interval=None) as good:
+                    big_id = "x" * 1_000_000
+                    loop = asyncio.get_running_loop()
+                    deadline = loop.time() + 10.0
+                    n = 0
+                    # pings whose answers (1 MB each) it never reads, until it is dropped
+                    while s.server.connection_count > 1:
+                        assert loop.time() < deadline, "the slow client was never dropped"
+                        n += 1
+                        frame = ('{"jsonrpc":"2.0","id":"' + big_id + str(n)
+                                 + '","method":"ping","params":{}}')
+                        writer.write(zero_masked_text_frame(frame))
+                        if writer.transport.get_write_buffer_size() > 4_000_000:
+                            await asyncio.sleep(0.05)  # the server has enough to answer
+                        await asyncio.sleep(0.002)
+                    await good.send('{"jsonrpc":"2.0","id":2,"method":"ping","params":{}}')
+                    assert '"id":2' in str(await asyncio.wait_for(good.recv(), TIMEOUT))
+            finally:
+                writer.transport.abort()
+        assert "send queue full" in caplog.text
+
+    run(body())

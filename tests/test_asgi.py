@@ -339,6 +339,12 @@ def test_without_the_denial_extension_a_refusal_closes_before_accept() -> None:
         assert [m["type"] for m in sent] == ["lifespan.startup.complete",
                                             "lifespan.shutdown.complete"]
         assert server.closing
+        # a closing host refuses new WebSockets before accepting them
+        scope["query_string"] = f"token={TOKEN}".encode()
+        sent = await call_app(app, scope, [{"type": "websocket.connect"}])
+        assert sent[0]["type"] == "websocket.http.response.start" and sent[0]["status"] == 503
+        # a client gone before its handshake was answered: nothing sent
+        assert await call_app(app, scope, [{"type": "websocket.disconnect", "code": 1006}]) == []
 
     run(body())
 

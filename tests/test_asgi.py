@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from typing import Literal
@@ -37,6 +38,7 @@ from agenthost_protocol.aio.client import AsyncClient, connect
 from agenthost_protocol.aio.server import CloseReason
 from agenthost_protocol.asgi import CLOSE_CODES, asgi_app, route_path
 from agenthost_protocol.host import Host
+from agenthost_protocol.types.error_codes import AhpErrorCode
 
 from ._aio_hosts import (
     ROOT,
@@ -400,5 +402,37 @@ def test_a_client_that_stops_reading_is_dropped_alone(
             finally:
                 writer.transport.abort()
         assert "send queue full" in caplog.text
+
+    run(body())
+
+
+def init_message(client_id: str) -> str:
+    return json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                       "params": {"protocolVersions": ["0.7.0"], "clientId": client_id}})
+
+
+def test_a_claimed_client_id_stays_with_its_open_holder() -> None:
+    """ASGI cannot ping: the holder of a claimed clientId counts as alive while open."""
+    async def body() -> None:
+        async with served("uvicorn") as s:
+            url = f"{s.url}?token={TOKEN}"
+            async with ws_connect(url, ping_interval=None) as holder:
+                await holder.send(init_message("same"))
+                assert "result" in json.loads(await asyncio.wait_for(holder.recv(), TIMEOUT))
+                async with ws_connect(url, ping_interval=None) as claimant:
+                    await claimant.send(init_message("same"))
+                    answer = json.loads(await asyncio.wait_for(claimant.recv(), TIMEOUT))
+                    assert answer["error"]["code"] == AhpErrorCode.ALREADY_EXISTS, answer
+                await holder.send('{"jsonrpc":"2.0","id":2,"method":"ping","params":{}}')
+                assert '"id":2' in str(await asyncio.wait_for(holder.recv(), TIMEOUT))
+            # once the holder's connection is gone, the id is free
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + TIMEOUT
+            while s.server.connection_count:
+                assert loop.time() < deadline
+                await asyncio.sleep(0.01)
+            async with ws_connect(url, ping_interval=None) as again:
+                await again.send(init_message("same"))
+                assert "result" in json.loads(await asyncio.wait_for(again.recv(), TIMEOUT))
 
     run(body())

@@ -60,12 +60,12 @@ What ASGI does not give, and what is done instead:
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from http import HTTPStatus
 from typing import Final, TypeAlias
 
 from .aio.access import AccessPolicy, Refusal
+from .aio.log_quota import LogQuota
 from .aio.server import CloseReason, EndOfStream, HostServer, MessageRefused
 
 __all__ = [
@@ -167,29 +167,6 @@ def _peer(scope: ASGIScope) -> str | None:
     return None
 
 
-class _LogQuota:
-    """At most ``burst`` lines per ``period`` seconds (refusals cost nothing to send)."""
-
-    def __init__(self, burst: int = 20, period: float = 10.0) -> None:
-        self.burst, self.period = burst, period
-        self._start = -period
-        self._used = 0
-        self._left_out = 0
-
-    def allow(self) -> bool:
-        now = time.monotonic()
-        if now - self._start >= self.period:
-            if self._left_out:
-                log.warning("%d more refused WebSocket handshakes in the last %.0f s "
-                            "(not logged one by one)", self._left_out, now - self._start)
-            self._start, self._used, self._left_out = now, 0, 0
-        if self._used < self.burst:
-            self._used += 1
-            return True
-        self._left_out += 1
-        return False
-
-
 class AsgiStream:
     """One accepted ASGI WebSocket as a :class:`~agenthost_protocol.aio.MessageStream`."""
 
@@ -260,7 +237,7 @@ class AsgiApp:
     def __init__(self, server: HostServer, policy: AccessPolicy | None = None) -> None:
         self.server = server
         self.policy = policy if policy is not None else AccessPolicy()
-        self._refusals = _LogQuota()
+        self._refusals = LogQuota("refused WebSocket handshakes", log)
 
     async def __call__(self, scope: ASGIScope, receive: ASGIReceive, send: ASGISend) -> None:
         kind = scope.get("type")

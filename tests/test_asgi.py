@@ -50,6 +50,7 @@ from ._aio_hosts import (
     turn_started,
     turns_done,
 )
+from ._raw_ws import masked_text_frame
 
 Kind = Literal["uvicorn", "hypercorn"]
 KINDS: tuple[Kind, ...] = ("uvicorn", "hypercorn")
@@ -59,15 +60,7 @@ TOKEN = "s3cret-token"
 def zero_masked_text_frame(text: str) -> bytes:
     """A client's text frame with the mask key 0 (valid, and no per-byte work for a
     megabyte of payload)."""
-    payload = text.encode()
-    n = len(payload)
-    if n < 126:
-        header = bytes([0x81, 0x80 | n])
-    elif n < 65536:
-        header = bytes([0x81, 0x80 | 126]) + n.to_bytes(2, "big")
-    else:
-        header = bytes([0x81, 0x80 | 127]) + n.to_bytes(8, "big")
-    return header + b"\0\0\0\0" + payload
+    return masked_text_frame(text, mask=b"\0\0\0\0")
 
 
 class Served:

@@ -173,10 +173,11 @@ def test_the_log_quota_counts_what_it_leaves_out(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     from agenthost_protocol.aio import websocket
+    from agenthost_protocol.aio.log_quota import LogQuota
 
     now = [100.0]
     monkeypatch.setattr("agenthost_protocol.aio.websocket.time.monotonic", lambda: now[0])
-    quota = websocket._LogQuota("refused things", burst=3, period=10.0)
+    quota = LogQuota("refused things", websocket.log, burst=3, period=10.0)
     with caplog.at_level("WARNING", logger="agenthost_protocol.aio.websocket"):
         assert [quota.allow() for _ in range(5)] == [True, True, True, False, False]
         now[0] += 9.9

@@ -34,6 +34,7 @@ from http import HTTPStatus
 from typing import Final
 
 from .access import AccessPolicy, is_loopback
+from .log_quota import LogQuota
 from .redact import RedactSecrets
 from .server import CloseReason, EndOfStream, FrameCache, HostServer, MessageRefused
 
@@ -85,7 +86,7 @@ class _QuietUnopened(logging.Filter):
     """websockets logs "connection closed" for every TCP connection, those that never
     became a WebSocket too (refused, stalled, closed for stalling), and each refusal's
     response: someone without the token could write lines per connection without
-    bound.  This module says those itself, bounded (:class:`_LogQuota`)."""
+    bound.  This module says those itself, bounded (:class:`~.log_quota.LogQuota`)."""
 
     _REFUSALS: Final = frozenset({"HTTP response sent (%d %s)", "connection rejected (%d %s)"})
 
@@ -100,33 +101,6 @@ class _QuietUnopened(logging.Filter):
         except ReferenceError:  # websockets passes a weak proxy
             return False
         return isinstance(response, Response) and response.status_code == 101
-
-
-class _LogQuota:
-    """At most ``burst`` log lines of one kind per ``period`` seconds; the lines left
-    out are counted and said in one line when the next period starts, so a flood of
-    connections cannot grow the log without bound."""
-
-    def __init__(self, what: str, burst: int = 20, period: float = 10.0) -> None:
-        self.what = what
-        self.burst = burst
-        self.period = period
-        self._start = -period
-        self._used = 0
-        self._left_out = 0
-
-    def allow(self) -> bool:
-        now = time.monotonic()
-        if now - self._start >= self.period:
-            if self._left_out:
-                log.warning("%d more %s in the last %.0f s (not logged one by one)",
-                            self._left_out, self.what, now - self._start)
-            self._start, self._used, self._left_out = now, 0, 0
-        if self._used < self.burst:
-            self._used += 1
-            return True
-        self._left_out += 1
-        return False
 
 
 # a child of websockets' own server logger, so its level and handlers apply unchanged; at
@@ -461,7 +435,7 @@ async def serve_websocket(
     """
     policy = access if access is not None else AccessPolicy()
     handshakes = _Handshakes(server.limits.max_connections)
-    refusals = _LogQuota("refused WebSocket handshakes")
+    refusals = LogQuota("refused WebSocket handshakes", log)
     compression = server.limits.compression
     if compression == "auto":
         compression = "none" if host is not None and is_loopback(host) else "deflate"

@@ -163,6 +163,37 @@ async def hostile(tmp_path: Path, kind: str, mode: str, *serve_args: str) -> Asy
 # -- ACP -------------------------------------------------------------------------------------
 
 
+@contextlib.asynccontextmanager
+async def acp_in_process(mode: str, **options: Any) -> AsyncIterator[tuple[Any, Any, int]]:
+    """An ACP runner in this process (its bounds can be lowered) with a real agent
+    process in ``mode``, a client initialized and SESSION created: (runner, client, pid).
+    The agent is killed on the way out whatever happened."""
+    pytest.importorskip("acp")
+    from agenthost_protocol.agent import acp_runner
+    from agenthost_protocol.aio.server import HostServer
+    from agenthost_protocol.host import Host
+
+    from ._json_client import JsonClient
+
+    host = Host(clock=lambda: time.time_ns() // 1_000_000, root=acp_runner.acp_root_state())
+    server = HostServer(host)
+    runner = acp_runner.AcpAgentRunner(server, acp_runner.AcpAgentCommand(
+        command=sys.executable, args=(HOSTILE_ACP, mode)), close_timeout=0.5, **options)
+    pid: int | None = None
+    try:
+        await runner.start()
+        assert runner.process is not None
+        pid = runner.process.pid
+        client = JsonClient(server)
+        client.timeout = TIMEOUT
+        await client.request("initialize", {"protocolVersions": ["0.7.0"], "clientId": "ide"})
+        await client.request("createSession", {"channel": SESSION})
+        yield runner, client, pid
+    finally:
+        if pid is not None:
+            kill_all({pid})
+
+
 async def acp_turn(client: Any) -> None:
     assert await client.create_session(SESSION) == SESSION
     await client.subscribe(SESSION)
@@ -503,30 +534,9 @@ def test_log_throttle_says_how_many_lines_it_left_out(
 def test_acp_agent_that_never_answers_a_model_switch(tmp_path: Path) -> None:
     """The prompt held behind ``session/set_model`` goes out after ``request_timeout``
     (the switch counts as refused), instead of never."""
-    pytest.importorskip("acp")
-    from agenthost_protocol.agent import acp_runner
-    from agenthost_protocol.aio.server import HostServer
-    from agenthost_protocol.host import Host
-
-    from ._json_client import JsonClient
-
     async def main() -> None:
-        host = Host(clock=lambda: time.time_ns() // 1_000_000,
-                    root=acp_runner.acp_root_state())
-        server = HostServer(host)
-        runner = acp_runner.AcpAgentRunner(server, acp_runner.AcpAgentCommand(
-            command=sys.executable, args=(HOSTILE_ACP, "silent-switch")),
-            close_timeout=0.5, request_timeout=1.0)
-        pid: int | None = None
-        try:
-            await runner.start()
-            assert runner.process is not None
-            pid = runner.process.pid
-            client = JsonClient(server)
-            client.timeout = TIMEOUT
-            await client.request("initialize", {"protocolVersions": ["0.7.0"],
-                                                "clientId": "ide"})
-            await client.request("createSession", {"channel": SESSION})
+        async with acp_in_process("silent-switch", request_timeout=1.0) as (
+                runner, client, pid):
             client.dispatch(CHAT, t.ChatTurnStartedAction(
                 turn_id="t1", started_at=iso(1_767_225_600_000),
                 message=t.Message(text="go", origin=USER, model=t.ModelSelection(id="b"))))
@@ -537,9 +547,6 @@ def test_acp_agent_that_never_answers_a_model_switch(tmp_path: Path) -> None:
             assert client.chat(CHAT).turns[0].state == t.TurnState.COMPLETE
             await asyncio.wait_for(runner.close(), TIMEOUT)
             await poll(lambda: not alive(pid))
-        finally:
-            if pid is not None:
-                kill_all({pid})
 
     run(main())
 
@@ -553,29 +560,11 @@ def test_acp_agent_not_reading_its_stdin_is_stopped(tmp_path: Path,
     (64 MiB, here 1 MiB) the agent is stopped and the turn says why."""
     pytest.importorskip("acp")
     from agenthost_protocol.agent import acp_runner
-    from agenthost_protocol.aio.server import HostServer
-    from agenthost_protocol.host import Host
-
-    from ._json_client import JsonClient
 
     monkeypatch.setattr(acp_runner, "MAX_UNREAD_BYTES", 1024 * 1024)
 
     async def main() -> None:
-        host = Host(clock=lambda: time.time_ns() // 1_000_000,
-                    root=acp_runner.acp_root_state())
-        server = HostServer(host)
-        runner = acp_runner.AcpAgentRunner(server, acp_runner.AcpAgentCommand(
-            command=sys.executable, args=(HOSTILE_ACP, "flood-requests")), close_timeout=0.5)
-        pid: int | None = None
-        try:
-            await runner.start()
-            assert runner.process is not None
-            pid = runner.process.pid
-            client = JsonClient(server)
-            client.timeout = TIMEOUT
-            await client.request("initialize", {"protocolVersions": ["0.7.0"],
-                                                "clientId": "ide"})
-            await client.request("createSession", {"channel": SESSION})
+        async with acp_in_process("flood-requests") as (runner, client, pid):
             client.dispatch(CHAT, turn_started("t1"))
             await client.until(lambda: client.chat(CHAT).active_turn is None
                                and len(client.chat(CHAT).turns) == 1)
@@ -585,9 +574,6 @@ def test_acp_agent_not_reading_its_stdin_is_stopped(tmp_path: Path,
                 "the host stopped it"), error
             await poll(lambda: not alive(pid))
             await asyncio.wait_for(runner.close(), TIMEOUT)
-        finally:
-            if pid is not None:
-                kill_all({pid})
 
     run(main())
 

@@ -107,6 +107,59 @@ def test_a_failing_handler_answers_internal_error_and_the_server_goes_on() -> No
     assert any(isinstance(e, RequestReceived) for e in seen)
 
 
+class _Completions:
+    """A service that answers ``completions`` and fails on ``resolveSessionConfig``."""
+
+    def __init__(self) -> None:
+        self.closed = False
+        self.seen: list[str] = []
+
+    def handle(self, event: Event) -> bool:
+        self.seen.append(type(event).__name__)
+        if isinstance(event, RequestReceived) and event.method == "completions":
+            event.responder.respond(t.CompletionsResult(items=()))
+            return True
+        if isinstance(event, RequestReceived) and event.method == "resolveSessionConfig":
+            raise RuntimeError("boom")
+        return False
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+def test_a_service_takes_its_requests_before_the_handler_and_is_closed() -> None:
+    handled: list[str] = []
+    service = _Completions()
+
+    def handler(event: Event) -> None:
+        if isinstance(event, RequestReceived):
+            handled.append(event.method)
+            event.responder.error(-32601, "the handler's")
+
+    async def main() -> None:
+        server = HostServer(Host(clock=lambda: NOW), handler)
+        server.add_service(service)
+        assert server.services == (service,)
+        async with tcp(server) as (reader, writer):
+            writer.write(
+                INIT
+                + b'{"jsonrpc":"2.0","id":3,"method":"completions","params":{"kind":"userMessage",'
+                  b'"channel":"ahp-session:/x","text":"","offset":0}}\n'
+                + b'{"jsonrpc":"2.0","id":4,"method":"resolveSessionConfig","params":{}}\n'
+                + b'{"jsonrpc":"2.0","id":5,"method":"listSessions","params":{}}\n')
+            assert (await line(reader))["id"] == 2
+            assert (await line(reader)) == {"jsonrpc": "2.0", "id": 3, "result": {"items": []}}
+            failed = await line(reader)
+            assert failed["id"] == 4 and failed["error"]["code"] == -32603
+            answer = await line(reader)
+            assert answer["id"] == 5 and answer["error"]["message"] == "the handler's"
+
+    run(main())
+    assert handled == ["listSessions"]
+    assert service.closed
+    assert "ConnectionClosed" in service.seen
+
+
 def test_the_demo_over_tcp_json_lines() -> None:
     async def main() -> None:
         server, service = build_agent_server(DemoAgent(step_delay=0), ServeOptions(),

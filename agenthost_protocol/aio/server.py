@@ -69,6 +69,7 @@ __all__ = [
     "FrameCache",
     "EventHandler",
     "HostServer",
+    "HostService",
     "StreamWrapper",
     "MessageRefused",
     "MessageStream",
@@ -226,6 +227,27 @@ class ProbeableStream(Protocol):
 
     async def probe(self, timeout: float) -> bool:
         """Whether the peer answers a liveness check (a WebSocket ping) within ``timeout``."""
+        ...
+
+
+@runtime_checkable
+class HostService(Protocol):
+    """Something that serves part of the protocol beside the agent: terminals, files,
+    watches.  Added with :meth:`HostServer.add_service`; the server offers it every
+    event before its handler.
+
+    ``handle`` returns ``True`` when the event was the service's alone (a request
+    it answered, or will answer; a client action on one of its channels): the
+    handler then does not see it.  Events every part must see (``ConnectionClosed``
+    ...) are taken note of and ``False`` returned.  ``handle`` must not block.
+    """
+
+    def handle(self, event: Event) -> bool:
+        """Take ``event`` (``True``) or pass it on (``False``)."""
+        ...
+
+    async def close(self) -> None:
+        """Release what the service holds (its processes, watches) in bounded time."""
         ...
 
 
@@ -584,9 +606,20 @@ class HostServer:
         self._idle = asyncio.Event()
         self._idle.set()
         self._flushing = False
+        self._services: list[HostService] = []
         if host.observer is None:
             # what the host does, logged the same for every agent and transport
             host.observer = ActivityLog(host)
+
+    def add_service(self, service: HostService) -> None:
+        """Offer every event to ``service`` before the handler (in the order
+        added); :meth:`close` closes it after the connections."""
+        self._services.append(service)
+
+    @property
+    def services(self) -> tuple[HostService, ...]:
+        """The services added, in the order they are offered events."""
+        return tuple(self._services)
 
     @property
     def host(self) -> Host:
@@ -793,6 +826,20 @@ class HostServer:
             task = asyncio.get_running_loop().create_task(self._settle_claim(event))
             self._probes.add(task)
             task.add_done_callback(self._probes.discard)
+        for service in self._services:
+            try:
+                if service.handle(event):
+                    return
+            except Exception:
+                log.exception("the service %s failed on %s%s", type(service).__name__,
+                              type(event).__name__,
+                              f" ({event.method})" if isinstance(event, RequestReceived) else "")
+                if isinstance(event, RequestReceived):
+                    if not event.responder.answered:
+                        with contextlib.suppress(LocalProtocolError):
+                            event.responder.error(JsonRpcErrorCode.INTERNAL_ERROR,
+                                                  f"internal error in the host's {event.method}")
+                    return
         handler = self.handler
         if handler is None:
             if isinstance(event, RequestReceived):
@@ -972,6 +1019,11 @@ class HostServer:
                 await asyncio.wait_for(self._idle.wait(), self.limits.close_timeout)
             except asyncio.TimeoutError:
                 log.error("%d connection(s) still open after aborting them", len(self._peers))
+        for service in tuple(self._services):
+            try:
+                await service.close()
+            except Exception:
+                log.exception("closing the service %s failed", type(service).__name__)
 
     async def wait_idle(self) -> None:
         """Wait until no connection is served."""

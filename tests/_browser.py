@@ -1,0 +1,89 @@
+"""Headless Chromium from the system's packages (Debian's ``chromium``), driven by Playwright.
+
+No test downloads a browser: Playwright is pointed at the system's executable
+(``AHP_CHROMIUM`` names another).  Where none is installed the browser tests
+are skipped with the reason, except when ``AHP_REQUIRE_BROWSER`` is set (CI
+sets it, after installing the package): then its absence fails them.
+
+A test module uses the ``browser`` fixture by importing it::
+
+    from ._browser import browser  # noqa: F401  (a fixture)
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser
+
+CANDIDATES = ("chromium", "chromium-browser")
+"""The names Debian and Ubuntu give the browser's executable."""
+
+FLAGS = (
+    # the sandbox needs user namespaces, which CI containers (run as root) lack
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    # the machine's network is closed: without these, Chromium keeps trying to reach
+    # Google's services, and many refused connections slow every start
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-default-apps",
+    "--disable-extensions",
+)
+"""The switches every test browser starts with."""
+
+
+def chromium_path() -> str | None:
+    """The Chromium executable to drive, or ``None`` when none is installed."""
+    named = os.environ.get("AHP_CHROMIUM")
+    if named:
+        return named if os.access(named, os.X_OK) else None
+    for name in CANDIDATES:
+        found = shutil.which(name)
+        if found is not None:
+            return found
+    return None
+
+
+def require_chromium() -> str:
+    """The executable, else the test is skipped (or fails under ``AHP_REQUIRE_BROWSER``)."""
+    path = chromium_path()
+    if path is None:
+        why = ("no Chromium installed (Debian: apt-get install chromium; or set AHP_CHROMIUM "
+               "to its executable)")
+        if os.environ.get("AHP_REQUIRE_BROWSER"):
+            pytest.fail(why + ", and AHP_REQUIRE_BROWSER is set")
+        pytest.skip(why)
+    try:
+        import playwright  # noqa: F401
+    except ImportError:
+        why = "Playwright is not installed (pip install -e '.[dev]')"
+        if os.environ.get("AHP_REQUIRE_BROWSER"):
+            pytest.fail(why + ", and AHP_REQUIRE_BROWSER is set")
+        pytest.skip(why)
+    return path
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Browser]:
+    """One headless Chromium per test process (each test opens its own context)."""
+    executable = require_chromium()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=executable, args=list(FLAGS),
+                                              headless=True)
+        try:
+            yield launched
+        finally:
+            launched.close()

@@ -913,25 +913,29 @@ class HostServer:
             log.info("connection #%d: %s; closing it", peer.conn.number, message)
             peer.drop(CloseReason.POLICY, message)
 
-    async def serve_connection(self, stream: MessageStream) -> None:
+    async def serve_connection(self, stream: MessageStream, *,
+                               principal: object = None) -> None:
         """Serve one transport connection until it ends; returns when the transport is closed.
 
-        Never raises for what the client does; cancelling it drops the
-        connection.
+        ``principal`` is who the embedder authenticated on the handshake
+        (``None``: nobody in particular); the host's connection carries it
+        (:attr:`~agenthost_protocol.host.HostConnection.principal`).  Never
+        raises for what the client does; cancelling it drops the connection.
         """
         peer = getattr(stream, "peer", None)  # read here: a wrapper may not pass it on
         wrapper = self.stream_wrapper
         if wrapper is None or self._closing or self.at_capacity:
             # a connection refused at once is not wrapped (no capture file for it)
-            await self._serve_connection(stream, peer)
+            await self._serve_connection(stream, peer, principal)
             return
         wrapped = wrapper.wrap(stream)
         try:
-            await self._serve_connection(wrapped, peer)
+            await self._serve_connection(wrapped, peer, principal)
         finally:
             wrapper.done(wrapped)
 
-    async def _serve_connection(self, stream: MessageStream, peer_name: object = None) -> None:
+    async def _serve_connection(self, stream: MessageStream, peer_name: object = None,
+                                principal: object = None) -> None:
         if self._closing:
             await self._close_stream(stream, CloseReason.SHUTDOWN, "the host is shutting down")
             return
@@ -941,7 +945,7 @@ class HostServer:
             await self._close_stream(stream, CloseReason.POLICY,
                                      "too many connections: try again later")
             return
-        conn = self._host.connect()
+        conn = self._host.connect(principal=principal)
         peer = _Peer(self, conn, stream)
         self._peers[conn] = peer
         self._idle.clear()

@@ -91,10 +91,13 @@ class HostSide(Protocol):
 class HostConnection:
     """The host's end of one transport connection."""
 
-    def __init__(self, host: HostSide, number: int) -> None:
+    def __init__(self, host: HostSide, number: int, *, principal: object = None) -> None:
         self._host = host
         self.number = number
         """A number unique within the host, in order of :meth:`Host.connect` calls."""
+        self.principal = principal
+        """Who the embedder authenticated on this connection's handshake
+        (:meth:`Host.connect`); ``None``: nobody in particular.  Never changes."""
         self.state = ConnectionState.AWAITING_INITIALIZE
         self.client_id: str | None = None
         self.protocol_version: str | None = None

@@ -410,10 +410,15 @@ class Host(Commands, Durable):
 
     # -- connections --
 
-    def connect(self) -> HostConnection:
-        """A new connection, waiting for ``initialize`` (or ``reconnect``)."""
+    def connect(self, *, principal: object = None) -> HostConnection:
+        """A new connection, waiting for ``initialize`` (or ``reconnect``).
+
+        ``principal`` is who the transport's embedder authenticated (any
+        object; ``None``: nobody in particular), kept as the connection's
+        :attr:`~HostConnection.principal`.
+        """
         self._numbers += 1
-        conn = HostConnection(self, self._numbers)
+        conn = HostConnection(self, self._numbers, principal=principal)
         self._connections[conn] = None
         return conn
 

@@ -39,6 +39,9 @@ class NewSession:
     """The URI its default chat will have."""
     working_directories: tuple[str, ...] | None = None
     active_client: t.SessionActiveClient | None = None
+    principal: object = None
+    """Who asked for it: the principal the embedder's ``authenticate`` gave the
+    connection that sent ``createSession`` (``None``: no ``authenticate``)."""
 
 
 class Agent:

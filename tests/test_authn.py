@@ -45,7 +45,7 @@ from agenthost_protocol.aio.websocket import serve_websocket
 from agenthost_protocol.asgi import asgi_app
 from agenthost_protocol.host import Event, Host
 
-from ._aio_hosts import ROOT, TIMEOUT, clock, free_port, run, turn_started, turns_done
+from ._aio_hosts import ROOT, TIMEOUT, USER, clock, free_port, run, turn_started, turns_done
 
 Transport = Literal["websocket", "uvicorn", "hypercorn"]
 TRANSPORTS: tuple[Transport, ...] = ("websocket", "uvicorn")
@@ -90,6 +90,8 @@ class Recorder(Agent):
     def __init__(self) -> None:
         self.sessions: list[object] = []
         self.turns: list[tuple[str, object]] = []
+        self.gate = asyncio.Event()
+        """What a turn whose message is ``wait`` waits for."""
 
     def refuse_session(self, session: NewSession) -> str | None:
         self.sessions.append(session.principal)
@@ -97,6 +99,8 @@ class Recorder(Agent):
 
     async def turn(self, turn: Turn) -> None:
         self.turns.append((turn.text, turn.principal))
+        if turn.text == "wait":
+            await self.gate.wait()
         await turn.stream("ok")
 
 
@@ -254,6 +258,48 @@ def test_the_principal_reaches_the_connection_the_session_and_the_turn(
             assert h.agent.sessions == ["user:alice"]
             assert h.agent.turns == [("from alice", "user:alice"), ("from bob", "user:bob")]
             assert set(h.principals) == {"user:alice", "user:bob"}
+
+    run(body())
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    deadline = asyncio.get_running_loop().time() + TIMEOUT
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "not in time"
+        await asyncio.sleep(0.01)
+
+
+def test_queued_and_initial_messages_carry_their_senders_principal() -> None:
+    async def body() -> None:
+        async with hosted("websocket", authenticate_sync) as h:
+            async with connect(h.url, token=TOKEN, clock=clock, reconnect=False,
+                               headers={"X-User": "alice"}) as alice:
+                await alice.initialize([ROOT])
+                session = await alice.create_session(provider="demo")
+                snapshot = await alice.subscribe(session)
+                assert snapshot is not None and isinstance(snapshot.state, t.SessionState)
+                chat = snapshot.state.default_chat
+                assert chat is not None
+                await alice.subscribe(chat)
+                await alice.dispatch(chat, turn_started("t-a", "wait"))
+                await until(lambda: len(h.agent.turns) == 1)
+                async with connect(h.url, token=TOKEN, clock=clock, reconnect=False,
+                                   headers={"X-User": "bob"}) as bob:
+                    await bob.initialize([ROOT])
+                    await bob.subscribe(chat)
+                    await bob.dispatch(chat, t.ChatPendingMessageSetAction(
+                        kind=t.PendingMessageKind.QUEUED, id="q1",
+                        message=t.Message(text="queued by bob", origin=USER)))
+                    await bob.wait_for_state(
+                        chat, lambda s: isinstance(s, t.ChatState) and bool(
+                            s.queued_messages), confirmed=True, timeout=TIMEOUT)
+                # bob has gone when his message's turn starts: it is still his
+                h.agent.gate.set()
+                await until(lambda: len(h.agent.turns) == 2)
+                await alice.create_chat(session, initial_message="a side chat by alice")
+                await until(lambda: len(h.agent.turns) == 3)
+            assert h.agent.turns == [("wait", "user:alice"), ("queued by bob", "user:bob"),
+                                     ("a side chat by alice", "user:alice")]
 
     run(body())
 

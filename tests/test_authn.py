@@ -91,7 +91,12 @@ class Recorder(Agent):
         self.sessions: list[object] = []
         self.turns: list[tuple[str, object]] = []
         self.gate = asyncio.Event()
+        self.actions: list[tuple[str, object]] = []
         """What a turn whose message is ``wait`` waits for."""
+
+    def client_action_by(self, channel: str, action: t.StateAction, principal: object) -> None:
+        if isinstance(action, t.ChatPendingMessageSetAction):
+            self.actions.append((action.type, principal))
 
     def refuse_session(self, session: NewSession) -> str | None:
         self.sessions.append(session.principal)
@@ -300,6 +305,7 @@ def test_queued_and_initial_messages_carry_their_senders_principal() -> None:
                 await until(lambda: len(h.agent.turns) == 3)
             assert h.agent.turns == [("wait", "user:alice"), ("queued by bob", "user:bob"),
                                      ("a side chat by alice", "user:alice")]
+            assert h.agent.actions == [("chat/pendingMessageSet", "user:bob")]
 
     run(body())
 

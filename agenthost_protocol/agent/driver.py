@@ -196,7 +196,7 @@ class AgentDriver:
                             session, _HELD_LIMIT, action.type)
             return
         try:
-            self.agent.client_action(uri, action)
+            self.agent.client_action_by(uri, action, principal)
         except Exception:
             log.exception("the agent's client_action hook failed on %s", action.type)
         if kind is ChannelKind.SESSION:

@@ -509,19 +509,7 @@ async def serve_websocket(
             return None if not values else values[0] if len(values) == 1 else "\x00repeated"
         return header
 
-    async def check(connection: ServerConnection, request: Request) -> Response | None:
-        refusal = policy.check(request.path, header_of(request))
-        if refusal is None and server.at_capacity:
-            refusal = Refusal(status=HTTPStatus.SERVICE_UNAVAILABLE,
-                              reason="too many connections")
-        if refusal is None and authenticator is not None:
-            outcome = await authenticator(_scope(connection, request), _peer(connection))
-            if isinstance(outcome, Admitted):
-                connection.principal = outcome.principal  # type: ignore[attr-defined]
-            else:
-                refusal = outcome
-        if refusal is None:
-            return None
+    def refuse(connection: ServerConnection, refusal: Refusal) -> Response:
         status, reason = HTTPStatus(refusal.status), refusal.reason
         if refusals.allow():
             # the path may carry a token: never logged
@@ -532,11 +520,30 @@ async def serve_websocket(
             response.headers["WWW-Authenticate"] = 'Bearer realm="agenthost-protocol"'
         return response
 
+    def check(connection: ServerConnection, request: Request) -> Response | None:
+        refusal = policy.check(request.path, header_of(request))
+        if refusal is None and server.at_capacity:
+            refusal = Refusal(status=HTTPStatus.SERVICE_UNAVAILABLE,
+                              reason="too many connections")
+        return None if refusal is None else refuse(connection, refusal)
+
+    async def check_and_authenticate(connection: ServerConnection,
+                                     request: Request) -> Response | None:
+        refused = check(connection, request)
+        if refused is not None or authenticator is None:
+            return refused
+        outcome = await authenticator(_scope(connection, request), _peer(connection))
+        if not isinstance(outcome, Admitted):
+            return refuse(connection, outcome)
+        connection.principal = outcome.principal  # type: ignore[attr-defined]
+        return None
+
     endpoint = await serve(
         handler,
         host,
         port,
-        process_request=check,
+        # a plain function without authenticate: any websockets 13+ takes one
+        process_request=check if authenticator is None else check_and_authenticate,
         select_subprotocol=choose,
         ssl=ssl,
         max_size=server.limits.max_message_size,

@@ -38,7 +38,7 @@ def run(coro: Coroutine[Any, Any, None], timeout: float = 60.0) -> None:
 
 # -- pure ---------------------------------------------------------------------------------
 
-names = st.text(st.characters(blacklist_characters="/\x00", blacklist_categories=("Cs",)),
+names = st.text(st.characters(codec="utf-8", exclude_characters="/\x00"),
                 min_size=1, max_size=20).filter(lambda n: n not in (".", ".."))
 
 
@@ -376,7 +376,7 @@ def test_a_read_only_root_refuses_every_write(tree: dict[str, Path]) -> None:
     async def main() -> None:
         async with serving(_server(tree)) as connect:
             peer = await connect()
-            for method, params in [
+            writes: list[tuple[str, dict[str, Any]]] = [
                 ("resourceWrite", {"uri": uri(ro / "readme.txt"), "data": "x",
                                    "encoding": "utf-8"}),
                 ("resourceWrite", {"uri": uri(ro / "new.txt"), "data": "x",
@@ -388,7 +388,8 @@ def test_a_read_only_root_refuses_every_write(tree: dict[str, Path]) -> None:
                 ("resourceCopy", {"source": uri(tree["rw"] / "hello.txt"),
                                   "destination": uri(ro / "h.txt")}),
                 ("resourceRequest", {"uri": uri(ro / "readme.txt"), "write": True}),
-            ]:
+            ]
+            for method, params in writes:
                 answer = await peer.call(method, **params)
                 assert answer["error"]["code"] == DENIED, (method, answer)
             answer = await peer.call("resourceWrite", uri=uri(ro / "readme.txt"), data="x",
@@ -460,3 +461,62 @@ def test_serve_wires_files_for_every_agent_kind(tree: dict[str, Path],
     assert files.roots.roots == (Root(path=str(tree["rw"]), writable=True),)
     with pytest.raises(ValueError, match="not a directory"):
         build_server(ServeOptions(no_store=True, roots=(Root(path=str(tree["tmp"] / "x")),)))
+
+
+def test_serve_root_from_the_command_line(tree: dict[str, Path]) -> None:
+    """``serve --stdio --root DIR:rw --root DIR`` as a person runs it: a write in the
+    writable root, a refused one in the other, a read, an escape refused."""
+    import json
+    import subprocess
+    import sys
+
+    from ._aio_peer import child_env
+
+    rw, ro = tree["rw"], tree["ro"]
+    lines = [
+        {"id": 1, "method": "initialize", "params": {"protocolVersions": ["0.7.0"],
+                                                      "clientId": "cli"}},
+        {"id": 2, "method": "resourceWrite", "params": {
+            "channel": "ahp-root://", "uri": uri(rw / "from-cli.txt"), "data": "written",
+            "encoding": "utf-8"}},
+        {"id": 3, "method": "resourceWrite", "params": {
+            "channel": "ahp-root://", "uri": uri(ro / "no.txt"), "data": "x",
+            "encoding": "utf-8"}},
+        {"id": 4, "method": "resourceRead", "params": {
+            "channel": "ahp-root://", "uri": uri(ro / "readme.txt")}},
+        {"id": 5, "method": "resourceRead", "params": {
+            "channel": "ahp-root://", "uri": uri(tree["outside"] / "secret.txt")}},
+    ]
+    stdin = "".join(json.dumps({"jsonrpc": "2.0", **line}) + "\n" for line in lines)
+    answers: dict[int, Any] = {}
+
+    async def main() -> None:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "agenthost_protocol.cli", "serve", "--stdio", "--no-store",
+            "--root", f"{rw}:rw", "--root", str(ro), stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=child_env())
+        assert process.stdin is not None and process.stdout is not None
+        try:
+            process.stdin.write(stdin.encode())
+            while len(answers) < len(lines):
+                message = json.loads(await asyncio.wait_for(process.stdout.readline(), 30))
+                if "id" in message:
+                    answers[message["id"]] = message
+            process.stdin.close()  # the end of input stops serve
+            assert await asyncio.wait_for(process.wait(), 30) == 0
+        finally:
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+
+    run(main())
+    assert answers[2]["result"] == {}
+    assert (rw / "from-cli.txt").read_text() == "written"
+    assert answers[3]["error"]["code"] == DENIED
+    assert answers[4]["result"]["data"] == "read me"
+    assert answers[5]["error"]["code"] == DENIED
+    missing = subprocess.run(
+        [sys.executable, "-m", "agenthost_protocol.cli", "serve", "--stdio", "--no-store",
+         "--root", str(tree["tmp"] / "nope")],
+        input="", capture_output=True, text=True, timeout=60, env=child_env(), check=False)
+    assert missing.returncode == 2 and "is not a directory" in missing.stderr

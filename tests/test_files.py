@@ -520,3 +520,35 @@ def test_serve_root_from_the_command_line(tree: dict[str, Path]) -> None:
          "--root", str(tree["tmp"] / "nope")],
         input="", capture_output=True, text=True, timeout=60, env=child_env(), check=False)
     assert missing.returncode == 2 and "is not a directory" in missing.stderr
+
+
+def test_special_files_and_a_flood_of_requests(tree: dict[str, Path]) -> None:
+    """A FIFO is refused without being opened (a read would block a worker for ever);
+    500 pipelined requests are each answered, served or refused for the queue's bound."""
+    import json
+
+    rw = tree["rw"]
+    os.mkfifo(rw / "fifo")
+
+    async def main() -> None:
+        async with serving(_server(tree)) as connect:
+            peer = await connect()
+            assert await peer.code("resourceRead", uri=uri(rw / "fifo")) == INVALID_PARAMS
+            assert await peer.code("resourceWrite", uri=uri(rw / "fifo"), data="x",
+                                   encoding="utf-8") == INVALID_PARAMS
+            for i in range(500):
+                peer.writer.write(json.dumps({
+                    "jsonrpc": "2.0", "id": 10_000 + i, "method": "resourceRead",
+                    "params": {"channel": "ahp-root://", "uri": uri(rw / "hello.txt")},
+                }).encode() + b"\n")
+            answers = {}
+            while len(answers) < 500:
+                message = await peer.message()
+                answers[message["id"]] = message
+            served = [a for a in answers.values() if "result" in a]
+            refused = [a for a in answers.values() if "error" in a]
+            assert served and all(a["result"]["data"] == "hello world\n" for a in served)
+            assert all(a["error"]["code"] == INVALID_REQUEST for a in refused)
+            assert (await peer.ok("resourceList", uri=uri(tree["ro"])))["entries"]
+
+    run(main())

@@ -481,6 +481,14 @@ def _one_link(st: os.stat_result, what: str) -> None:
 
 
 def _open_regular(place: _Place, flags: int) -> tuple[int, os.stat_result]:
+    before = place.lstat()
+    if before is not None and not stat.S_ISREG(before.st_mode):
+        # refused before the open: opening a device may already do something
+        if stat.S_ISDIR(before.st_mode):
+            raise _invalid(f"{place.path} is a directory")
+        if stat.S_ISLNK(before.st_mode):
+            raise _denied("a symbolic link appeared on the way")
+        raise _invalid(f"{place.path} is not a regular file")
     try:
         fd = place.open(flags | os.O_NONBLOCK)
     except FileNotFoundError:
@@ -949,6 +957,11 @@ class FileService:
     def handle(self, event: Event) -> bool:
         if not isinstance(event, RequestReceived) or event.method not in FILE_METHODS:
             return False
+        if os.name != "posix":
+            # the confinement walks with openat and O_NOFOLLOW, which only POSIX has
+            event.responder.error(JsonRpcErrorCode.METHOD_NOT_FOUND,
+                                  "file resources are served on POSIX systems only")
+            return True
         params = event.params
         uris = [getattr(params, name, "") for name in ("uri", "source", "destination")]
         if not any(isinstance(uri, str) and uri[:5].lower() == "file:" for uri in uris):

@@ -18,7 +18,7 @@ is refused ``-32601`` saying so.
   :class:`~agenthost_protocol.host.Unsubscribed` and
   :class:`~agenthost_protocol.host.ConnectionClosed`).  A watch nobody
   subscribes to ends when the connection that made it closes, or after
-  ``unclaimed_timeout`` seconds.
+  ``unclaimed_timeout`` seconds (and every watch is checked that often).
 * Bounded: at most ``max_watches`` at once (``ServerLimits.max_watches``);
   changes are gathered for ``debounce_ms`` and at most ``max_pending``
   distinct paths wait for delivery: past that the waiting ones are dropped
@@ -246,7 +246,7 @@ class _Watch:
                  creator: HostConnection) -> None:
         self.service = service
         self.channel = channel
-        self.uri = uri.rstrip("/") if uri.rstrip("/") != "file:" else uri
+        self.uri = uri
         self.path = path
         self.recursive = recursive
         self.includes = includes
@@ -326,7 +326,8 @@ class _Watch:
             return None
         if not rel:
             return self.uri
-        return self.uri + "/" + quote(os.fsencode(rel), safe="/-._~!$&'()*+,;=:@")
+        return (self.uri.rstrip("/") + "/"
+                + quote(os.fsencode(rel), safe="/-._~!$&'()*+,;=:@"))
 
     def take_pending(self) -> tuple[list[t.ResourceChange], bool]:
         with self._lock:
@@ -347,7 +348,7 @@ class WatchService:
         self._server = server
         self.roots = roots
         self.max_watches = (max_watches if max_watches is not None
-                            else getattr(server.limits, "max_watches", 64))
+                            else server.limits.max_watches)
         self.debounce_ms = debounce_ms
         self.step_ms = step_ms
         self.max_pending = max_pending
@@ -384,6 +385,18 @@ class WatchService:
         """Release the watch if nobody listens to it any more."""
         if channel in self._watches and not self._server.host.subscribers(channel):
             self._release(channel)
+
+    def _sweep(self, channel: str) -> None:
+        """Every ``unclaimed_timeout`` seconds: a watch nobody listens to ends (one never
+        subscribed to, or one whose leaving subscriber no event told of)."""
+        watch = self._watches.get(channel)
+        if watch is None:
+            return
+        if not self._server.host.subscribers(channel):
+            self._release(channel)
+            return
+        watch.unclaimed = asyncio.get_running_loop().call_later(
+            self.unclaimed_timeout, self._sweep, channel)
 
     def _create(self, event: RequestReceived) -> None:
         params = event.params
@@ -440,7 +453,7 @@ class WatchService:
             self._watches[channel] = watch
             loop = asyncio.get_running_loop()
             watch.start(loop)
-            watch.unclaimed = loop.call_later(self.unclaimed_timeout, self._check, channel)
+            watch.unclaimed = loop.call_later(self.unclaimed_timeout, self._sweep, channel)
             responder.respond(t.CreateResourceWatchResult(channel=channel))
             log.info("watch %s: %s%s", channel, path, " (recursive)" if watch.recursive else "")
         finally:

@@ -1102,13 +1102,13 @@ class Host(Commands, Durable):
                     snapshot, room = self._fitted(params.client_id, snapshot, room)
                     snapshots.append(snapshot)
             result = t.ReconnectSnapshotResult(snapshots=tuple(snapshots))
+        for uri in before:
+            if uri not in conn._subscriptions:
+                self._events.append(Unsubscribed(connection=conn, channel=uri))
         if not conn._send_result(request_id, result):
             self._close(conn, "the reconnect answer was over the message limit")
             return
         self._coalescer.restore_windows(params.client_id, conn)
-        for uri in before:
-            if uri not in conn._subscriptions:
-                self._events.append(Unsubscribed(connection=conn, channel=uri))
         listed = set(wanted)
         for session in self._active_in(params.client_id):
             if session not in listed:

@@ -552,3 +552,60 @@ def test_special_files_and_a_flood_of_requests(tree: dict[str, Path]) -> None:
             assert (await peer.ok("resourceList", uri=uri(tree["ro"])))["entries"]
 
     run(main())
+
+
+LINK_TARGETS = ["..", "../..", "../../outside", "a", "../a", "b/../..", "a/b", "c", ".",
+                "{root}", "{root}/a", "{root}/../outside", "{outside}", "{root}/b/../..",
+                "l0", "../l1", "a/l2"]
+
+
+@given(st.lists(st.tuples(st.sampled_from(["", "a/", "a/b/"]), st.sampled_from(LINK_TARGETS)),
+                min_size=1, max_size=4),
+       st.lists(st.lists(st.sampled_from(["a", "b", "c", "l0", "l1", "l2", "l3", "secret"]),
+                         min_size=1, max_size=4), min_size=1, max_size=8))
+def test_the_walk_never_ends_outside_its_root(links: list[tuple[str, str]],
+                                              queries: list[list[str]]) -> None:
+    """Whatever links a tree holds and whatever path is asked for, a walk that succeeds
+    ends at a real path (no link left in it) inside the root."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        base = os.path.realpath(tmp)
+        root, outside = os.path.join(base, "root"), os.path.join(base, "outside")
+        os.makedirs(os.path.join(root, "a", "b"))
+        os.makedirs(os.path.join(root, "b"))
+        os.makedirs(outside)
+        Path(outside, "secret").write_text("s")
+        Path(root, "a", "secret").write_text("fine")
+        for i, (where, target) in enumerate(links):
+            target = target.format(root=root, outside=outside)
+            os.symlink(target, os.path.join(root, where + f"l{i}"))
+        roots = Roots([Root(path=root)])
+        for query in queries:
+            try:
+                with roots.walk((*roots.roots[0].path.split("/")[1:], *query),
+                                follow_last=True) as place:
+                    path = place.path
+                    exists = place.lstat() is not None
+            except FileAccessError as e:
+                assert e.code in (DENIED, NOT_FOUND)
+                continue
+            except OSError:
+                continue  # e.g. a file used as a directory on the way
+            assert path == root or path.startswith(root + "/"), (links, query, path)
+            if exists:
+                assert os.path.realpath(path) == path, (links, query, path)
+
+
+def test_importing_the_package_imports_no_watcher() -> None:
+    import subprocess
+    import sys
+
+    from ._aio_peer import child_env
+
+    code = ("import sys, agenthost_protocol, agenthost_protocol.aio.files, "
+            "agenthost_protocol.aio.watches, agenthost_protocol.agent.hosting; "
+            "assert 'watchfiles' not in sys.modules, 'watchfiles imported'")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, env=child_env(), check=False)
+    assert done.returncode == 0, done.stderr

@@ -488,7 +488,7 @@ def test_serve_root_from_the_command_line(tree: dict[str, Path]) -> None:
             "channel": "ahp-root://", "uri": uri(tree["outside"] / "secret.txt")}},
     ]
     stdin = "".join(json.dumps({"jsonrpc": "2.0", **line}) + "\n" for line in lines)
-    answers: dict[int, Any] = {}
+    answers: dict[Any, Any] = {}
 
     async def main() -> None:
         process = await asyncio.create_subprocess_exec(
@@ -498,10 +498,41 @@ def test_serve_root_from_the_command_line(tree: dict[str, Path]) -> None:
         assert process.stdin is not None and process.stdout is not None
         try:
             process.stdin.write(stdin.encode())
-            while len(answers) < len(lines):
-                message = json.loads(await asyncio.wait_for(process.stdout.readline(), 30))
-                if "id" in message:
-                    answers[message["id"]] = message
+            async def answer(request_id: int) -> Any:
+                while request_id not in answers:
+                    message = json.loads(await asyncio.wait_for(process.stdout.readline(),
+                                                                30))
+                    if "id" in message:
+                        answers[message["id"]] = message
+                    elif message.get("method") == "action":
+                        changes.append(message["params"])
+                return answers[request_id]
+
+            changes: list[Any] = []
+            for line in lines:
+                await answer(int(str(line["id"])))
+            # a watch, as VS Code opens them on connecting
+            process.stdin.write(json.dumps({
+                "jsonrpc": "2.0", "id": 6, "method": "createResourceWatch",
+                "params": {"channel": "ahp-root://", "uri": uri(rw), "recursive": True},
+            }).encode() + b"\n")
+            channel = (await answer(6))["result"]["channel"]
+            process.stdin.write(json.dumps({
+                "jsonrpc": "2.0", "id": 7, "method": "subscribe", "params": {"channel": channel},
+            }).encode() + b"\n")
+            await answer(7)
+            await asyncio.sleep(0.3)
+            (rw / "sub" / "watched.txt").write_text("new")
+            request_id = 8
+            while not any(item["uri"] == uri(rw / "sub" / "watched.txt")
+                          for change in changes for item in change["action"]["changes"]["items"]):
+                process.stdin.write(json.dumps({"jsonrpc": "2.0", "id": request_id,
+                                                "method": "ping", "params": {}}).encode()
+                                    + b"\n")
+                await answer(request_id)
+                request_id += 1
+                await asyncio.sleep(0.05)
+                assert request_id < 400, changes
             process.stdin.close()  # the end of input stops serve
             assert await asyncio.wait_for(process.wait(), 30) == 0
         finally:
@@ -578,8 +609,8 @@ def test_the_walk_never_ends_outside_its_root(links: list[tuple[str, str]],
         Path(outside, "secret").write_text("s")
         Path(root, "a", "secret").write_text("fine")
         for i, (where, target) in enumerate(links):
-            target = target.format(root=root, outside=outside)
-            os.symlink(target, os.path.join(root, where + f"l{i}"))
+            os.symlink(target.format(root=root, outside=outside),
+                       os.path.join(root, where + f"l{i}"))
         roots = Roots([Root(path=root)])
         for query in queries:
             try:

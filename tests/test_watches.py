@@ -289,3 +289,27 @@ def test_without_watchfiles_a_watch_is_refused_clearly(
             assert "watchfiles" in answer["error"]["message"]
 
     run(main())
+
+
+def test_a_watch_reports_nothing_through_a_link_that_leads_out(tmp_path: Path) -> None:
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    (root / "sub").mkdir(parents=True)
+    outside.mkdir()
+    (root / "out").symlink_to(outside)
+    (root / "alias").symlink_to("sub")  # the same directory under a second name
+    base = file_uri(str(root))
+
+    async def main() -> None:
+        async with serving(make_server([Root(path=str(root))])) as connect:
+            peer = await connect()
+            channel = await watch(peer, root, recursive=True)
+            await asyncio.sleep(0.3)
+            (outside / "secret.txt").write_text("out there")
+            (root / "sub" / "in.txt").write_text("in here")
+            seen = await changes_until(peer, channel, {(f"{base}/sub/in.txt", "added")})
+            assert (f"{base}/sub/in.txt", "added") in seen
+            (root / "marker").write_text("last")
+            seen |= await changes_until(peer, channel, {(f"{base}/marker", "added")})
+            assert not any("secret" in uri or "/out/" in uri for uri, _ in seen), seen
+
+    run(main())

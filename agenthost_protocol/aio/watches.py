@@ -23,8 +23,9 @@ is refused ``-32601`` saying so.
   changes are gathered for ``debounce_ms`` and at most ``max_pending``
   distinct paths wait for delivery: past that the waiting ones are dropped
   and the watched URI itself is reported ``updated`` (rescan it).
-* Confined: an event whose parent directory is reached through a symbolic
-  link (the watcher follows them; the link may lead out) is not reported.
+* Confined: an event whose directory is reached through a symbolic link (the
+  watcher follows them) is reported by its real path when that is inside the
+  watch, and not at all when it is not (the link leads out).
 """
 
 from __future__ import annotations
@@ -311,14 +312,19 @@ class _Watch:
         if path == self.path:
             rel = ""
         else:
+            parent = os.path.dirname(path)
+            real = os.path.realpath(parent)
+            if real != parent:
+                # reached through a link (the watcher follows them, and names a
+                # directory seen twice by its last name): reported by its real
+                # path when that is inside the watch, never when it leads out
+                if real != self.path and not real.startswith(self.path.rstrip("/") + "/"):
+                    return None
+                path = os.path.join(real, os.path.basename(path))
             rel = os.path.relpath(path, self.path)
             if rel.startswith("..") or os.path.isabs(rel):
                 return None
             if not self.recursive and "/" in rel:
-                return None
-            parent = os.path.dirname(path)
-            # reached through a link (the watcher follows them): may be anywhere
-            if os.path.realpath(parent) != parent:
                 return None
         if rel and self.excludes and glob_matches(self.excludes, rel):
             return None

@@ -496,12 +496,13 @@ def test_serve_root_from_the_command_line(tree: dict[str, Path]) -> None:
             "--root", f"{rw}:rw", "--root", str(ro), stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=child_env())
         assert process.stdin is not None and process.stdout is not None
+        output = process.stdout
         try:
             process.stdin.write(stdin.encode())
+
             async def answer(request_id: int) -> Any:
                 while request_id not in answers:
-                    message = json.loads(await asyncio.wait_for(process.stdout.readline(),
-                                                                30))
+                    message = json.loads(await asyncio.wait_for(output.readline(), 30))
                     if "id" in message:
                         answers[message["id"]] = message
                     elif message.get("method") == "action":
@@ -572,7 +573,7 @@ def test_special_files_and_a_flood_of_requests(tree: dict[str, Path]) -> None:
                     "jsonrpc": "2.0", "id": 10_000 + i, "method": "resourceRead",
                     "params": {"channel": "ahp-root://", "uri": uri(rw / "hello.txt")},
                 }).encode() + b"\n")
-            answers = {}
+            answers: dict[int, Any] = {}
             while len(answers) < 500:
                 message = await peer.message()
                 answers[message["id"]] = message

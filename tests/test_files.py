@@ -224,6 +224,10 @@ def test_every_escape_is_refused(tree: dict[str, Path]) -> None:
         (uri(rw / "hardlink.txt"), DENIED),
         # a case variant of a root is another path: outside
         (uri(str(rw).upper() + "/hello.txt"), DENIED),
+        # names, not escapes: overlong UTF-8 dots, a double-encoded one, a backslash
+        (uri(rw) + "/%c0%ae%c0%ae/outside/secret.txt", NOT_FOUND),
+        (uri(rw) + "/%252e%252e/outside/secret.txt", NOT_FOUND),
+        (uri(rw) + "/..%5coutside%5csecret.txt", NOT_FOUND),
         ("/etc/passwd", INVALID_PARAMS),
         ("http://example.com/x", INVALID_PARAMS),
     ]
@@ -641,3 +645,26 @@ def test_importing_the_package_imports_no_watcher() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, env=child_env(), check=False)
     assert done.returncode == 0, done.stderr
+
+
+def test_names_that_are_not_utf8(tree: dict[str, Path]) -> None:
+    """A file name JSON cannot carry is left out of listings but reachable by its
+    percent-encoded URI; an error about such a path is still answered."""
+    rw = tree["rw"]
+    fd = os.open(os.fsencode(str(rw)) + b"/caf\xe9.txt", os.O_WRONLY | os.O_CREAT, 0o644)
+    os.write(fd, b"latin-1 name")
+    os.close(fd)
+
+    async def main() -> None:
+        async with serving(_server(tree)) as connect:
+            peer = await connect()
+            names = [e["name"] for e in (await peer.ok("resourceList", uri=uri(rw)))["entries"]]
+            assert not any(name.startswith("caf") for name in names)
+            read = await peer.ok("resourceRead", uri=uri(rw) + "/caf%E9.txt")
+            assert read["data"] == "latin-1 name"
+            answer = await peer.call("resourceRead", uri=uri(rw) + "/%c0%ae/x")
+            assert answer["error"]["code"] == NOT_FOUND
+            answer = await peer.call("createResourceWatch", uri=uri(rw) + "/%ff")
+            assert answer["error"]["code"] == NOT_FOUND
+
+    run(main())

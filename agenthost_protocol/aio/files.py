@@ -50,7 +50,8 @@ from attrs import frozen
 
 from .. import types as t
 from .. import wire
-from ..host import Event, RequestReceived
+from ..errors import LocalProtocolError
+from ..host import ClientRequestResult, Event, RequestReceived, Responder
 from ..types.error_codes import AhpErrorCode, JsonRpcErrorCode, PermissionDeniedErrorData
 
 if TYPE_CHECKING:
@@ -62,6 +63,7 @@ __all__ = [
     "FileService",
     "Root",
     "Roots",
+    "error_text",
     "file_uri",
     "locate",
     "parse_file_uri",
@@ -315,7 +317,7 @@ class Roots:
         try:
             with self.walk(self._parts(uri_or_path), follow_last=True) as place:
                 return place.lstat() is not None
-        except FileAccessError:
+        except (FileAccessError, OSError):
             return False
 
     def resolve_directory(self, uri_or_path: str) -> str:
@@ -325,7 +327,10 @@ class Roots:
         missing, ``-32602`` not a directory or malformed).  Blocking: a few
         system calls per path component."""
         with self.walk(self._parts(uri_or_path), follow_last=True) as place:
-            st = place.lstat()
+            try:
+                st = place.lstat()
+            except OSError as e:
+                raise _os_error(e, place.path) from None
             if st is None:
                 raise _not_found(f"no directory {place.path}")
             if not stat.S_ISDIR(st.st_mode):
@@ -334,7 +339,11 @@ class Roots:
 
     def writable(self, uri_or_path: str) -> bool:
         """Whether ``uri_or_path`` lies in a writable root (lexically: nothing is opened)."""
-        index = locate([r.parts for r in self._roots], self._parts(uri_or_path))
+        try:
+            parts = self._parts(uri_or_path)
+        except FileAccessError:
+            return False
+        index = locate([r.parts for r in self._roots], parts)
         return index is not None and self._roots[index].writable
 
     @staticmethod
@@ -368,7 +377,10 @@ class Roots:
         component too).
         """
         root, rel = self.root_of(parts)
-        place = _walk(root, rel, follow_last=follow_last, make_dirs=make_dirs)
+        try:
+            place = _walk(root, rel, follow_last=follow_last, make_dirs=make_dirs)
+        except OSError as e:  # a directory we may not enter ...: said as an AHP error
+            raise _os_error(e, os.path.join(root.real, *rel)) from None
         try:
             yield place
         finally:
@@ -459,6 +471,20 @@ def _link_parts(target: str) -> tuple[str, ...]:
 
 
 # -- the operations (blocking; run in a worker thread) ------------------------------
+
+
+def error_text(message: str) -> str:
+    """``message`` as JSON can carry it: a path in it that is not UTF-8 (its bytes kept
+    as surrogates) is escaped."""
+    return message.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _is_text(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _iso(seconds: float) -> str:
@@ -601,6 +627,8 @@ class _Files:
             try:
                 with os.scandir(fd) as found:
                     for entry in found:
+                        if not _is_text(entry.name):
+                            continue  # a name JSON cannot carry (not UTF-8)
                         kind = self._entry_type(place, entry)
                         if kind is None:
                             continue
@@ -823,9 +851,9 @@ def _os_error(e: OSError, path: str) -> FileAccessError:
     if e.errno == errno.EXDEV:
         return FileAccessError(JsonRpcErrorCode.INVALID_REQUEST,
                                f"{path} is on another file system: copy, then delete")
-    if e.errno == errno.ENOENT:
+    if e.errno in (errno.ENOENT, errno.ENOTDIR):
         return _not_found(f"{path}: {os.strerror(e.errno)}")
-    if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+    if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ELOOP):
         return _denied(f"{path}: {os.strerror(e.errno)}")
     return _invalid(f"{path}: {os.strerror(e.errno or 0)}")
 
@@ -1017,21 +1045,34 @@ class FileService:
             if e.write and e.uri is not None:
                 data = PermissionDeniedErrorData(
                     request=t.ResourceRequestParams(uri=e.uri, write=True))
-            responder.error(e.code, e.message, data=data)
+            self._error(responder, e.code, e.message, data)
         except OSError as e:
-            responder.error(_os_error(e, e.filename or "").code,
-                            f"{event.method}: {os.strerror(e.errno or 0)}")
+            self._error(responder, _os_error(e, "").code,
+                        f"{event.method}: {os.strerror(e.errno or 0)}")
         except asyncio.CancelledError:
-            if not responder.answered:
-                responder.error(JsonRpcErrorCode.INVALID_REQUEST, "the host is shutting down")
+            self._error(responder, JsonRpcErrorCode.INVALID_REQUEST,
+                        "the host is shutting down")
             self._server.flush()
             raise
         except Exception:
             log.exception("%s failed", event.method)
-            responder.error(JsonRpcErrorCode.INTERNAL_ERROR, f"{event.method} failed")
+            self._error(responder, JsonRpcErrorCode.INTERNAL_ERROR, f"{event.method} failed")
         else:
-            responder.respond(result)  # type: ignore[arg-type]
+            try:
+                responder.respond(result)  # type: ignore[arg-type]
+            except LocalProtocolError:
+                # what the file system holds may not be JSON (a name that is not UTF-8)
+                log.exception("%s: the answer cannot be sent", event.method)
+                self._error(responder, JsonRpcErrorCode.INTERNAL_ERROR,
+                            f"{event.method}: the answer cannot be encoded")
         self._server.flush()
+
+    @staticmethod
+    def _error(responder: Responder[ClientRequestResult | None], code: int, message: str,
+               data: PermissionDeniedErrorData | None = None) -> None:
+        """Answer an error, once; a path in ``message`` that is not UTF-8 is escaped."""
+        if not responder.answered:
+            responder.error(code, error_text(message), data=data)
 
     async def close(self) -> None:
         self._closed = True

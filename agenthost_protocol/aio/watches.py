@@ -43,7 +43,7 @@ from urllib.parse import quote
 from .. import types as t
 from ..host import ConnectionClosed, Event, HostConnection, RequestReceived, Unsubscribed
 from ..types.error_codes import AhpErrorCode, JsonRpcErrorCode
-from .files import FileAccessError, Roots, parse_file_uri
+from .files import FileAccessError, Roots, error_text, parse_file_uri
 
 if TYPE_CHECKING:
     from .server import HostServer
@@ -444,7 +444,11 @@ class WatchService:
             try:
                 path = await asyncio.to_thread(self._resolve, params.uri)
             except FileAccessError as e:
-                responder.error(e.code, e.message)
+                responder.error(e.code, error_text(e.message))
+                return
+            except OSError as e:
+                responder.error(AhpErrorCode.PERMISSION_DENIED,
+                                f"cannot watch it: {os.strerror(e.errno or 0)}")
                 return
             if self._closed or event.connection.closed:
                 responder.error(JsonRpcErrorCode.INVALID_REQUEST, "gone meanwhile")

@@ -43,7 +43,7 @@ import stat
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Final, TypeVar
+from typing import TYPE_CHECKING, Final
 from urllib.parse import quote
 
 from attrs import frozen
@@ -71,8 +71,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-T = TypeVar("T")
 
 FILE_METHODS: Final = frozenset({
     "resourceRead", "resourceList", "resourceResolve", "resourceRequest", "resourceWrite",
@@ -495,7 +493,7 @@ def _etag(st: os.stat_result) -> str:
     return f"{st.st_ino:x}-{st.st_size:x}-{st.st_mtime_ns:x}"
 
 
-def _content_type(name: str, data: bytes | None = None) -> str | None:
+def _content_type(name: str) -> str | None:
     guessed, _ = mimetypes.guess_type(name, strict=False)
     return guessed
 
@@ -539,7 +537,8 @@ def _open_regular(place: _Place, flags: int) -> tuple[int, os.stat_result]:
     return fd, st
 
 
-def _read_all(fd: int, size: int, limit: int) -> bytes:
+def _read_all(fd: int, limit: int) -> bytes:
+    """At most ``limit + 1`` bytes: one more than allowed says the file grew past it."""
     chunks = []
     got = 0
     while True:
@@ -581,7 +580,7 @@ class _Files:
                 limit = self.read_limit
                 if st.st_size > limit:
                     raise self._too_big(st.st_size)
-                data = _read_all(fd, st.st_size, limit)
+                data = _read_all(fd, limit)
             finally:
                 os.close(fd)
             if len(data) > limit:

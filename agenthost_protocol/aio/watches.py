@@ -322,7 +322,7 @@ class _Watch:
                     return None
                 path = os.path.join(real, os.path.basename(path))
             rel = os.path.relpath(path, self.path)
-            if rel.startswith("..") or os.path.isabs(rel):
+            if rel == ".." or rel.startswith("../") or os.path.isabs(rel):
                 return None
             if not self.recursive and "/" in rel:
                 return None

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from .. import types as t
@@ -20,6 +20,7 @@ from .base import Agent
 from .driver import AgentDriver
 
 if TYPE_CHECKING:
+    from ..aio.files import Root
     from ..aio.server import HostServer
     from .hosting import ServeOptions
 
@@ -108,6 +109,7 @@ def run(
     new_token: bool = False,
     store: str | None = None,
     no_store: bool = False,
+    roots: Iterable[Root] | None = None,
 ) -> int:
     """Serve ``agent`` until SIGINT/SIGTERM (or, with ``stdio``, the end of stdin);
     prints ``serving ws://HOST:PORT/?token=...`` first.  The token is ``token``,
@@ -115,10 +117,14 @@ def run(
     restart prints the same URL; ``new_token`` replaces it).  Sessions are kept in
     the SQLite file ``store`` (default: ``PROVIDER.sqlite3`` in the user's data
     directory, the agent's provider naming it, as ``serve --agent module:attr``
-    does) unless ``no_store``.  Returns the exit status."""
+    does) unless ``no_store``.  Clients read and watch the files under ``roots``
+    (:class:`~agenthost_protocol.aio.files.Root`: a path, writable or not; default:
+    the working directory, read-only; ``()``: none), as ``serve --root`` does
+    (``docs/files.md``).  Returns the exit status."""
     from .hosting import ServeOptions  # noqa: PLC0415
     from .hosting import run as serve  # noqa: PLC0415
 
     return serve(ServeOptions(host=host, port=port, stdio=stdio, token=token, no_token=no_token,
                               new_token=new_token, store=store, no_store=no_store,
-                              agent_object=agent))
+                              agent_object=agent,
+                              roots=None if roots is None else tuple(roots)))

@@ -41,6 +41,7 @@ from .events import (
     ServerRequestResult,
     StoreFailed,
     TypedRequest,
+    Unsubscribed,
 )
 from .limits import HostLimits
 from .replay import ReplayBuffer, ReplayEntry
@@ -82,6 +83,7 @@ __all__ = [
     "StoreError",
     "StoreFailed",
     "TypedRequest",
+    "Unsubscribed",
     "ValidationContext",
     "validate",
 ]

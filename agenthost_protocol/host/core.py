@@ -93,6 +93,7 @@ from .events import (
     Responder,
     ResponseReceived,
     ServerRequestResult,
+    Unsubscribed,
 )
 from .limits import HostLimits
 from .persistence import (
@@ -375,6 +376,10 @@ class Host(Commands, Durable):
     def has_channel(self, uri: str) -> bool:
         return uri in self._states
 
+    def subscribers(self, uri: str) -> tuple[HostConnection, ...]:
+        """The open connections subscribed to channel ``uri`` (none for an unknown one)."""
+        return tuple(self._subscribers.get(uri, ()))
+
     def state(self, uri: str) -> t.SnapshotState | None:
         """The state of channel ``uri`` (``None`` for a stateless one); ``KeyError`` if absent."""
         return self._states[uri]
@@ -431,7 +436,8 @@ class Host(Commands, Durable):
         conn._claim = None
         # what a reconnect would resume: such a client is not displaced by throwaways
         keep = bool(conn._subscriptions) or conn._dispatched
-        for uri in conn.subscriptions:
+        leaving = conn.subscriptions
+        for uri in leaving:
             self._subscribers.get(uri, {}).pop(conn, None)
         conn._subscriptions.clear()
         conn._pending.clear()
@@ -455,7 +461,8 @@ class Host(Commands, Durable):
                 and self._active_in(client_id)
             ):
                 self._clients.due_at(client_id, None, now + self._grace)
-        self._events.append(ConnectionClosed(connection=conn, reason=reason))
+        self._events.append(ConnectionClosed(connection=conn, reason=reason,
+                                             subscriptions=leaving))
         for claimant in [c for c in self._connections
                          if c._claim is not None and c._claim.holder is conn]:
             # the holder is gone: the claim needs no probe any more
@@ -806,6 +813,8 @@ class Host(Commands, Durable):
         if conn.state is not ConnectionState.OPEN:
             return
         if isinstance(params, t.UnsubscribeParams):
+            if params.channel in conn._subscriptions:
+                self._events.append(Unsubscribed(connection=conn, channel=params.channel))
             conn._subscriptions.pop(params.channel, None)
             self._subscribers.get(params.channel, {}).pop(conn, None)
             client_id = conn.client_id
@@ -1050,7 +1059,8 @@ class Host(Commands, Durable):
                              f"unknown clientId {params.client_id!r}: send initialize", None)
             return
         self._open(conn, params.client_id, version)
-        for uri in conn.subscriptions:
+        before = conn.subscriptions
+        for uri in before:
             self._subscribers.get(uri, {}).pop(conn, None)
         conn._subscriptions.clear()
         live = [uri for uri in wanted if uri in self._states]
@@ -1092,6 +1102,9 @@ class Host(Commands, Durable):
                     snapshot, room = self._fitted(params.client_id, snapshot, room)
                     snapshots.append(snapshot)
             result = t.ReconnectSnapshotResult(snapshots=tuple(snapshots))
+        for uri in before:
+            if uri not in conn._subscriptions:
+                self._events.append(Unsubscribed(connection=conn, channel=uri))
         if not conn._send_result(request_id, result):
             self._close(conn, "the reconnect answer was over the message limit")
             return

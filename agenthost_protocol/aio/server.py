@@ -123,6 +123,9 @@ class ServerLimits:
     """Sessions the host keeps at once, stored ones included (the host core's)."""
     max_chats_per_session: int = 256
     """Chats one session may have (the host core's)."""
+    max_terminals: int = 64
+    """Terminals alive at once (a :class:`~agenthost_protocol.aio.terminals.TerminalService`'s
+    budget): a ``createTerminal`` beyond it is refused with ``-32600``."""
     compression: Literal["auto", "deflate", "none"] = "auto"
     """WebSocket permessage-deflate with the clients that offer it: ``"deflate"``,
     ``"none"``, or ``"auto"``: none on a loopback address (the bytes cost
@@ -133,7 +136,7 @@ class ServerLimits:
         if min(self.max_message_size, self.max_queue_messages, self.max_queue_bytes,
                self.max_connections, self.max_total_queue_bytes, self.max_subscriptions,
                self.max_reconnects_per_minute, self.max_sessions,
-               self.max_chats_per_session) < 1:
+               self.max_chats_per_session, self.max_terminals) < 1:
             raise LocalProtocolError("the limits must be positive")
         if self.compression not in ("auto", "deflate", "none"):
             raise LocalProtocolError("compression is auto, deflate or none")

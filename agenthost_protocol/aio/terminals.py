@@ -1006,6 +1006,15 @@ class TerminalService:
         self._start(terminal, [program, "-c", command], path, cols, rows, env, shown)
         return CommandRun(terminal)
 
+    def release(self, uri: str, session: str) -> None:
+        """Narrow terminal ``uri``'s claim to ``session`` alone (the tool call that
+        used it is done: the terminal is in the background)."""
+        terminal = self._terminals.get(uri)
+        if terminal is not None:
+            self._dispatch(terminal, t.TerminalClaimedAction(
+                claim=t.TerminalSessionClaim(session=session)))
+            self.server.flush()
+
     # -- dispatching --
 
     def _dispatch(self, terminal: _Terminal, action: t.StateAction) -> None:

@@ -61,11 +61,12 @@ async def terminal_host(root: Path, *, options: TerminalOptions | None = None,
         await endpoint.close()
 
 
-def shell_options(shell: str, **kwargs: object) -> TerminalOptions:
-    """Options running ``shell`` (found on PATH) with a quiet prompt."""
+def shell_options(shell: str, home: Path, **kwargs: object) -> TerminalOptions:
+    """Options running ``shell`` (found on PATH) with ``home`` as its home (the real
+    one's startup files are not the test's), a quiet prompt."""
     path = shutil.which(shell)
     assert path is not None
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ["HOME"],
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home),
            "PS1": "$ ", "LANG": "C.UTF-8"}
     return TerminalOptions(shell=(path,), env=env, **kwargs)  # type: ignore[arg-type]
 
@@ -84,7 +85,8 @@ async def create(client: AsyncClient, uri: str, cwd: Path | None = None, *,
 def text_of(state: object) -> str:
     """The terminal's whole output, as the spec's naive consumer reads it."""
     assert isinstance(state, t.TerminalState)
-    return "".join(p.output if isinstance(p, t.TerminalCommandPart) else p.value
+    return "".join(p.output if isinstance(p, t.TerminalCommandPart)
+                   else p.value if isinstance(p, t.TerminalUnclassifiedPart) else ""
                    for p in state.content)
 
 

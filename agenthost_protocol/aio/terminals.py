@@ -61,7 +61,7 @@ import termios
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Coroutine, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Final
 from urllib.parse import quote, unquote, urlsplit
@@ -814,7 +814,7 @@ class TerminalService:
         argv, env, integration = self._shell_command()
         terminal = _Terminal(self, params.channel, integration=integration)
         self._terminals[params.channel] = terminal
-        self._start(terminal, argv, cwd, cols, rows, env, title)
+        self._start(terminal, argv, cwd, cols=cols, rows=rows, env=env, title=title)
 
     def _refusal(self, cwd: str | None, cols: int | None,
                  rows: int | None) -> tuple[int, str] | None:
@@ -860,7 +860,7 @@ class TerminalService:
         env.pop("AHP_USER_ZDOTDIR", None)
         return env
 
-    def _start(self, terminal: _Terminal, argv: Sequence[str], cwd: Path, cols: int,
+    def _start(self, terminal: _Terminal, argv: Sequence[str], cwd: Path, *, cols: int,
                rows: int, env: dict[str, str], title: str) -> None:
         if terminal.integration:
             env["AHP_SHELL_NONCE"] = terminal.nonce
@@ -1003,7 +1003,8 @@ class TerminalService:
         self._dispatch(terminal, terminal.start_command(command))
         env = self._env()
         program = (self.options.shell or default_shell(env))[0]
-        self._start(terminal, [program, "-c", command], path, cols, rows, env, shown)
+        self._start(terminal, [program, "-c", command], path, cols=cols, rows=rows, env=env,
+                    title=shown)
         return CommandRun(terminal)
 
     def release(self, uri: str, session: str) -> None:
@@ -1037,21 +1038,24 @@ class TerminalService:
         """Keep the newest ``kept_content_chars`` of the content with ``text``: cleared,
         then the kept parts re-sent as the actions that make them."""
         keep = self.options.kept_content_chars
-        if len(text) >= keep:
-            self._dispatch(terminal, t.TerminalClearedAction())
-            terminal.content_chars = keep
-            self._dispatch(terminal, t.TerminalDataAction(data=text[-keep:]))
-            return
+        if len(text) > keep:
+            text = text[-keep:]
         state = self.host.state(terminal.uri) if self.host.has_channel(terminal.uri) else None
         if not isinstance(state, t.TerminalState):
             return
         room = keep - len(text)
         kept: list[tuple[t.TerminalContentPart, str]] = []
         for part in reversed(state.content):
-            if room <= 0 or len(kept) >= _MAX_KEPT_PARTS:
+            # the last part is kept even with no room: the text may belong to its command
+            if kept and (room <= 0 or len(kept) >= _MAX_KEPT_PARTS):
                 break
-            value = part.output if isinstance(part, t.TerminalCommandPart) else part.value
-            tail = value[-room:] if len(value) > room else value
+            if isinstance(part, t.TerminalCommandPart):
+                value = part.output
+            elif isinstance(part, t.TerminalUnclassifiedPart):
+                value = part.value
+            else:
+                continue
+            tail = "" if room <= 0 else value[-room:] if len(value) > room else value
             room -= len(tail)
             kept.append((part, tail))
         self._dispatch(terminal, t.TerminalClearedAction())
@@ -1105,8 +1109,6 @@ class TerminalService:
             _signal_session(terminal.sid, signal.SIGHUP)
             while not terminal.eof and time.monotonic() < deadline and terminal.master >= 0:
                 terminal.drain()
-                if terminal.eof:
-                    break
                 await asyncio.sleep(0.01)
             terminal.flush()
             exit_code = code if code >= 0 else None
@@ -1134,8 +1136,8 @@ class TerminalService:
         if not terminal.exited.done():
             terminal.exited.set_result(None)
 
-    def _track(self, coro: object) -> None:
-        task = asyncio.get_running_loop().create_task(coro)  # type: ignore[arg-type]
+    def _track(self, coro: Coroutine[object, object, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 

@@ -61,7 +61,8 @@ def test_serve_no_terminals_refuses_them(tmp_path: Path) -> None:
             await peer.initialize([ROOT])
             answer = await peer.request("createTerminal", t.CreateTerminalParams(
                 channel=URI, claim=t.TerminalClientClaim(client_id="stdio-client")))
-            assert isinstance(answer, RequestFailed) and answer.error.code == -32601
+            assert isinstance(answer, RequestFailed) and answer.error is not None
+            assert answer.error.code == -32601
             assert await stop(proc) == 0
 
     run(main())

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -38,6 +39,15 @@ pytestmark = pytest.mark.skipif(os.name != "posix", reason="terminals need a POS
 URI = "ahp-terminal:/one"
 
 
+def _finished(line: str | None, output: str = "") -> Callable[[t.TerminalState], bool]:
+    """Whether a finished command part has ``line`` (any, for ``None``) and ``output``."""
+    def check(state: t.TerminalState) -> bool:
+        return any(isinstance(p, t.TerminalCommandPart) and p.is_complete
+                   and (line is None or p.command_line == line) and output in p.output
+                   for p in state.content)
+    return check
+
+
 def test_echo_exit_code_and_the_catalogue(tmp_path: Path) -> None:
     async def body() -> None:
         async with terminal_host(tmp_path, options=shell_options("bash", tmp_path)) as th, \
@@ -54,9 +64,9 @@ def test_echo_exit_code_and_the_catalogue(tmp_path: Path) -> None:
             await type_in(client, URI, "exit 7\r")
             state = await until(client, URI, lambda s: s.exit_code is not None)
             assert state.exit_code == 7
-            root = await client.wait_for_state(
-                ROOT, lambda r: isinstance(r, t.RootState) and bool(r.terminals)
-                and r.terminals[0].exit_code == 7, confirmed=True, timeout=5)
+            await client.wait_for_state(
+                ROOT, lambda r: isinstance(r, t.RootState)
+                and [i.exit_code for i in r.terminals or ()] == [7], confirmed=True, timeout=5)
             assert not alive(pid)  # reaped, not a zombie
             assert state.cwd == file_uri(os.path.realpath(tmp_path))
 
@@ -174,9 +184,7 @@ def test_command_detection(tmp_path: Path, shell: str) -> None:
             await until(client, URI, lambda s: bool(s.supports_command_detection))
             for line in ("true", "false", "echo 'semi;colon'; : 'back\\slash'", "hello"):
                 await type_in(client, URI, line + "\r")
-                await until(client, URI, lambda s, line=line: any(
-                    isinstance(p, t.TerminalCommandPart) and p.command_line == line
-                    and p.is_complete for p in s.content))
+                await until(client, URI, _finished(line))
             state = client.state(URI)
             assert isinstance(state, t.TerminalState)
             commands = [p for p in state.content if isinstance(p, t.TerminalCommandPart)]
@@ -255,9 +263,7 @@ def test_content_is_bounded_and_every_client_reduces_the_same(tmp_path: Path) ->
             await until(client, URI, lambda s: bool(s.supports_command_detection))
             for n in range(3):
                 await type_in(client, URI, f"seq 1 3000; echo done-{n}\r")
-                await until(client, URI, lambda s, n=n: any(
-                    isinstance(p, t.TerminalCommandPart) and p.is_complete
-                    and f"done-{n}" in p.output for p in s.content))
+                await until(client, URI, _finished(None, f"done-{n}"))
             await type_in(client, URI, "echo end-mark\r")
             await until(client, URI, lambda s: any(
                 isinstance(p, t.TerminalCommandPart) and p.is_complete

@@ -18,7 +18,7 @@ import pytest
 
 from agenthost_protocol import methods
 from agenthost_protocol import types as t
-from agenthost_protocol.aio.client import RequestError, connect
+from agenthost_protocol.aio.client import ActionRejected, RequestError, connect
 from agenthost_protocol.aio.terminals import OscScanner, TerminalOptions, file_uri
 
 from ._aio_hosts import clock, run
@@ -82,6 +82,12 @@ def test_a_resize_reaches_the_program(tmp_path: Path) -> None:
             assert (state.cols, state.rows) == (100, 40)
             await type_in(client, URI, "stty size\r")
             await until(client, URI, lambda s: "40 100" in text_of(s))
+            # a size no pty takes is refused, and changes nothing
+            for cols, rows in ((0, 10), (10, 100_000)):
+                refused = await client.dispatch(URI, t.TerminalResizedAction(cols=cols,
+                                                                             rows=rows))
+                with pytest.raises(ActionRejected, match="columns and rows"):
+                    await refused.wait()
             await client.dispatch(URI, t.TerminalResizedAction(cols=57, rows=13))
             await type_in(client, URI, "stty size\r")
             state = await until(client, URI, lambda s: "13 57" in text_of(s))

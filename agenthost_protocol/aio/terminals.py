@@ -79,6 +79,7 @@ from ..host import (
     Reconnected,
     RequestReceived,
 )
+from ..host.validation import MAX_TERMINAL_SIZE, MAX_TERMINAL_TITLE
 from ..types.error_codes import JsonRpcErrorCode
 from .server import HostServer
 
@@ -102,9 +103,8 @@ _INTEGRATION: Final = Path(__file__).with_name("shell_integration")
 _READ_SIZE: Final = 64 * 1024
 _MAX_OSC: Final = 4096
 """The longest OSC sequence looked for; a longer one is passed on as output."""
-_MAX_TITLE: Final = 1024
-_MAX_SIZE: Final = 4096
-"""The most columns or rows a terminal may have."""
+_MAX_TITLE: Final = MAX_TERMINAL_TITLE
+_MAX_SIZE: Final = MAX_TERMINAL_SIZE
 _MAX_KEPT_PARTS: Final = 256
 """The most content parts re-sent when a terminal's content is trimmed."""
 _DRAIN_TIME: Final = 0.5

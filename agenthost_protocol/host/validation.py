@@ -349,9 +349,9 @@ def check_terminal(
     elif isinstance(action, t.TerminalResizedAction):
         if not (1 <= action.cols <= MAX_TERMINAL_SIZE and 1 <= action.rows <= MAX_TERMINAL_SIZE):
             return f"a terminal has 1 to {MAX_TERMINAL_SIZE} columns and rows"
-    elif isinstance(action, t.TerminalTitleChangedAction):
-        if len(action.title) > MAX_TERMINAL_TITLE:
-            return f"a terminal title has at most {MAX_TERMINAL_TITLE} characters"
+    elif isinstance(action, t.TerminalTitleChangedAction) and (
+            len(action.title) > MAX_TERMINAL_TITLE):
+        return f"a terminal title has at most {MAX_TERMINAL_TITLE} characters"
     return None
 
 

@@ -246,6 +246,13 @@ def test_the_budget_and_the_roots(tmp_path: Path) -> None:
                 with pytest.raises(RequestError, match=why) as refused:
                     await create(client, "ahp-terminal:/x", cwd)
                 assert refused.value.code == -32602
+            for uri in ("file:///%ff", "file://elsewhere" + file_uri(tmp_path)[7:],
+                        "relative/dir", file_uri(tmp_path) + "/../" + outside.name):
+                with pytest.raises(RequestError) as refused:
+                    await client.request(methods.CREATE_TERMINAL, t.CreateTerminalParams(
+                        channel="ahp-terminal:/x", cwd=uri,
+                        claim=t.TerminalClientClaim(client_id=client.client_id)))
+                assert refused.value.code == -32602, uri
             await create(client, "ahp-terminal:/a")
             await create(client, "ahp-terminal:/b")
             with pytest.raises(RequestError, match="too many terminals") as refused:

@@ -49,7 +49,6 @@ import asyncio
 import codecs
 import contextlib
 import errno
-import fcntl
 import logging
 import os
 import secrets
@@ -57,7 +56,6 @@ import signal
 import struct
 import subprocess
 import sys
-import termios
 import time
 import uuid
 from collections import deque
@@ -93,6 +91,10 @@ __all__ = [
     "file_uri",
     "path_of_file_uri",
 ]
+
+if sys.platform != "win32":
+    import fcntl
+    import termios
 
 log = logging.getLogger(__name__)
 
@@ -177,13 +179,13 @@ def path_of_file_uri(uri: str) -> Path | None:
     remote host, a relative or malformed path)."""
     try:
         parts = urlsplit(uri)
-    except ValueError:
+        path = unquote(parts.path, errors="strict")
+    except ValueError:  # UnicodeDecodeError too
         return None
     if parts.scheme.lower() != "file" or parts.netloc not in ("", "localhost"):
         return None
     if parts.query or parts.fragment:
         return None
-    path = unquote(parts.path, errors="strict") if parts.path else ""
     if not path.startswith("/") or "\x00" in path:
         return None
     return Path(path)
@@ -222,9 +224,8 @@ class OscScanner:
                 self._pending = text[j:]
                 break
             if text[j + 1] != "]":
-                k = j + 2
-                out.append(text[i:k])
-                i = k
+                out.append(text[i:j + 1])
+                i = j + 1
                 continue
             end, stop = self._terminator(text, j + 2)
             if end < 0:
@@ -507,10 +508,19 @@ class _Terminal:
         """The action an OSC sequence gives, if any."""
         if code in ("0", "2"):
             title = body[:_MAX_TITLE]
+            if self.service.current(self.uri, "title") == title:
+                return None
             return t.TerminalTitleChangedAction(title=title)
         if code == "7":
-            path = path_of_file_uri(body)
-            return None if path is None else t.TerminalCwdChangedAction(cwd=file_uri(path))
+            # the shell's own report: its host part names this machine, whatever it says
+            try:
+                parts = urlsplit(body)
+                path = unquote(parts.path, errors="strict")
+            except ValueError:  # UnicodeDecodeError too
+                return None
+            if parts.scheme.lower() != "file" or not path.startswith("/") or "\x00" in path:
+                return None
+            return self._cwd_action(path)
         if code == "633":
             fields = body.split(";")
             if not self.integration or len(fields) < 2 or fields[-1] != self.nonce:
@@ -542,8 +552,14 @@ class _Terminal:
         if kind == "P" and args and args[0].startswith("Cwd="):
             path = _unescape(args[0][4:])
             if path.startswith("/") and "\x00" not in path:
-                return t.TerminalCwdChangedAction(cwd=file_uri(path))
+                return self._cwd_action(path)
         return None
+
+    def _cwd_action(self, path: str) -> t.StateAction | None:
+        cwd = file_uri(path)
+        if self.service.current(self.uri, "cwd") == cwd:
+            return None
+        return t.TerminalCwdChangedAction(cwd=cwd)
 
     def start_command(self, line: str) -> t.StateAction:
         self._commands += 1
@@ -723,6 +739,11 @@ class TerminalService:
     def now(self) -> int:
         return self.host.now()
 
+    def current(self, uri: str, name: str) -> object:
+        """Field ``name`` of terminal ``uri``'s state (``None`` when it is gone)."""
+        state = self.host.state(uri) if self.host.has_channel(uri) else None
+        return getattr(state, name, None) if isinstance(state, t.TerminalState) else None
+
     def allowed(self, path: Path) -> bool:
         """Whether ``path`` (resolved) is one of the roots or below one."""
         real = Path(os.path.realpath(path))
@@ -858,6 +879,7 @@ class TerminalService:
         env["TERM"] = "xterm-256color"
         env.setdefault("COLORTERM", "truecolor")
         env.pop("AHP_USER_ZDOTDIR", None)
+        env.pop("AHP_TOKEN", None)  # the host's access token is not the shell's business
         return env
 
     def _start(self, terminal: _Terminal, argv: Sequence[str], cwd: Path, *, cols: int,

@@ -124,8 +124,9 @@ class ServerLimits:
     max_chats_per_session: int = 256
     """Chats one session may have (the host core's)."""
     max_terminals: int = 64
-    """Terminals alive at once (a :class:`~agenthost_protocol.aio.terminals.TerminalService`'s
-    budget): a ``createTerminal`` beyond it is refused with ``-32600``."""
+    """Terminals listed at once, an exited one until it is disposed (a
+    :class:`~agenthost_protocol.aio.terminals.TerminalService`'s budget): a
+    ``createTerminal`` beyond it is refused with ``-32600``."""
     compression: Literal["auto", "deflate", "none"] = "auto"
     """WebSocket permessage-deflate with the clients that offer it: ``"deflate"``,
     ``"none"``, or ``"auto"``: none on a loopback address (the bytes cost

@@ -178,7 +178,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                            "$SHELL, else the user's login shell)")
     terminals.add_argument("--max-terminals", type=positive_int,
                            default=defaults.max_terminals, metavar="N",
-                           help=f"terminals alive at once (default {defaults.max_terminals})")
+                           help=f"terminals listed at once, exited ones until disposed (default "
+                           f"{defaults.max_terminals})")
     serve.add_argument("--agent", type=agent_choice, default="demo",
                        metavar="{demo,acp,pi,xcsh,MODULE:ATTR}",
                        help="the agent: the built-in demo (default, no COMMAND), an ACP agent "

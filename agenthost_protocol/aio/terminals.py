@@ -413,7 +413,7 @@ class _Terminal:
             self.flush()
             return
         self._take(self._decoder.decode(chunk))
-        if self._out_chars >= self.service.options.chunk_chars:
+        if self._out_chars >= self.service.chunk_chars:
             self.flush()
         elif self._timer is None:
             self._timer = asyncio.get_running_loop().call_later(
@@ -458,7 +458,7 @@ class _Terminal:
                 self._take(self._decoder.decode(b"", final=True))
                 break
             self._take(self._decoder.decode(chunk))
-            if self._out_chars >= self.service.options.chunk_chars:
+            if self._out_chars >= self.service.chunk_chars:
                 self.flush()
 
     def flush(self) -> None:
@@ -717,6 +717,16 @@ class TerminalService:
         self.roots = tuple(Path(os.path.realpath(root)) for root in given)
         self.max_terminals = (max_terminals if max_terminals is not None
                               else server.limits.max_terminals)
+        # what one message carries: a character may take 6 bytes of JSON (\u001b)
+        room = max(4096, server.limits.max_message_size - 64 * 1024) // 6
+        self.chunk_chars = max(1024, min(self.options.chunk_chars, room // 2))
+        """Characters after which gathered output is dispatched (the option, less
+        for a server whose messages are small)."""
+        self.max_content_chars = max(2048, min(self.options.max_content_chars, room))
+        """The bound of a terminal's content (the option, less when a snapshot of it
+        would not fit the server's messages)."""
+        self.kept_content_chars = min(self.options.kept_content_chars,
+                                      self.max_content_chars // 2)
         self._terminals: dict[str, _Terminal] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._online: dict[str, int] = {}
@@ -1049,7 +1059,7 @@ class TerminalService:
             log.exception("terminal %s: could not dispatch %s", terminal.uri, action.type)
 
     def _append(self, terminal: _Terminal, text: str) -> None:
-        limit = self.options.max_content_chars
+        limit = self.max_content_chars
         if terminal.content_chars + len(text) > limit:
             self._trim(terminal, text)
             return
@@ -1059,7 +1069,7 @@ class TerminalService:
     def _trim(self, terminal: _Terminal, text: str) -> None:
         """Keep the newest ``kept_content_chars`` of the content with ``text``: cleared,
         then the kept parts re-sent as the actions that make them."""
-        keep = self.options.kept_content_chars
+        keep = self.kept_content_chars
         if len(text) > keep:
             text = text[-keep:]
         state = self.host.state(terminal.uri) if self.host.has_channel(terminal.uri) else None

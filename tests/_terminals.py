@@ -41,11 +41,13 @@ class TerminalHost:
 
 @contextlib.asynccontextmanager
 async def terminal_host(root: Path, *, options: TerminalOptions | None = None,
-                        max_terminals: int = 8, agent: object = None
+                        max_terminals: int = 8, agent: object = None,
+                        limits: dict[str, float] | None = None
                         ) -> AsyncIterator[TerminalHost]:
     """The demo agent (or ``agent``) with terminals confined to ``root``, over WebSocket."""
     host = Host(clock=clock, root=demo_root_state(), server_info=t.Implementation(name="t"))
-    server = HostServer(host, limits=ServerLimits(max_terminals=max_terminals))
+    server = HostServer(host, limits=ServerLimits(max_terminals=max_terminals,
+                                                  **(limits or {})))  # type: ignore[arg-type]
     the_agent = agent if agent is not None else DemoAgent(step_delay=0.0)
     assert isinstance(the_agent, DemoAgent) or hasattr(the_agent, "turn")
     driver = AgentDriver(the_agent, host, server.flush)  # type: ignore[arg-type]

@@ -9,8 +9,10 @@ of every process, budgets.  Every wait is bounded.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
+import socket
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,8 +22,10 @@ from agenthost_protocol import methods
 from agenthost_protocol import types as t
 from agenthost_protocol.aio.client import ActionRejected, RequestError, connect
 from agenthost_protocol.aio.terminals import OscScanner, TerminalOptions, file_uri
+from agenthost_protocol.versions import SUPPORTED_PROTOCOL_VERSIONS
 
 from ._aio_hosts import clock, run
+from ._raw_ws import masked_text_frame
 from ._terminals import (
     ROOT,
     alive,
@@ -338,3 +342,52 @@ def test_a_shell_that_cannot_start_exits_with_a_message(tmp_path: Path) -> None:
             assert th.service.terminals == (URI,)
 
     run(body())
+
+
+def _stuck_client(port: int, subscriptions: list[str]) -> socket.socket:
+    """A WebSocket client that initializes subscribed to ``subscriptions``, then never
+    reads again (a tiny receive buffer, so the host sees it stop at once)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", port))
+    sock.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n"
+                 b"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                 b"Sec-WebSocket-Version: 13\r\n\r\n")
+    initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "channel": ROOT, "protocolVersions": list(SUPPORTED_PROTOCOL_VERSIONS),
+        "clientId": "stuck", "initialSubscriptions": subscriptions}}
+    sock.sendall(masked_text_frame(json.dumps(initialize)))
+    return sock
+
+
+def test_a_client_that_stops_reading_holds_a_flood_back_only_for_a_while(
+        tmp_path: Path) -> None:
+    async def body() -> None:
+        options = TerminalOptions(shell=("/bin/sh", "-c", "yes"), env={"PATH": os.defpath},
+                                  backpressure_bytes=256 * 1024)
+        limits = {"max_queue_bytes": 1024 * 1024, "stall_timeout": 0.5}
+        async with terminal_host(tmp_path, options=options, limits=limits) as th, \
+                connect(th.url, clock=clock) as client:
+            await client.initialize([ROOT])
+            await create(client, URI)
+            port = int(th.url.rsplit(":", 1)[1].strip("/"))
+            stuck = _stuck_client(port, [URI])
+            try:
+                loop = asyncio.get_running_loop()
+                deadline = loop.time() + 20
+                while not any(conn.client_id == "stuck" for conn in th.server.host.connections):
+                    assert loop.time() < deadline, "the stuck client never initialized"
+                    await asyncio.sleep(0.01)
+                while th.server.connection_count > 1 and loop.time() < deadline:
+                    # the host's memory stays within its budgets meanwhile
+                    assert th.server.queued_bytes <= 4 * 1024 * 1024
+                    await asyncio.sleep(0.05)
+                assert th.server.connection_count == 1, "the stuck client was never dropped"
+                # the reading client still gets the flood
+                before = client.state(URI)
+                await until(client, URI, lambda s: s != before)
+            finally:
+                stuck.close()
+            await client.request(methods.DISPOSE_TERMINAL, t.DisposeTerminalParams(channel=URI))
+
+    run(body(), 40)

@@ -649,6 +649,20 @@ class HostServer:
         """Bytes waiting for or being sent to all connections (what the budget counts)."""
         return self._queued_bytes
 
+    def reading_queued_bytes(self) -> int:
+        """Bytes waiting for or being sent to the connections that read: those whose
+        send under way has not been stuck for ``limits.stall_timeout``.  What a
+        producer (a terminal's output) waits on for backpressure: a client that
+        stopped reading holds it back no longer than that, and is left to the
+        budgets, which drop it."""
+        try:
+            now = asyncio.get_running_loop().time()
+        except RuntimeError:
+            return self._queued_bytes
+        stall = self.limits.stall_timeout
+        return sum(peer.queued_bytes for peer in self._peers.values()
+                   if peer.stalled_for(now) < stall)
+
     def _shed(self, excess: int) -> None:
         """Drop the connections whose sends are stuck, longest first, until ``excess``
         bytes are freed; a connection that reads is never dropped for the budget."""

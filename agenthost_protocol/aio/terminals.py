@@ -29,9 +29,11 @@ controlling terminal: job control and Ctrl-C work as in any terminal).
   actions (``terminal/data``, ``terminal/commandExecuted``,
   ``terminal/commandFinished``), so every client's reduced state stays equal
   to the host's.  A flood of output is read only as fast as the
-  connections take it: while the server's send queues hold more than
-  :attr:`TerminalOptions.backpressure_bytes`, reading pauses and the program
-  blocks on its writes.
+  connections take it: while the server's send queues of the connections
+  that read hold more than :attr:`TerminalOptions.backpressure_bytes`,
+  reading pauses and the program blocks on its writes (a client that stopped
+  reading holds it back for the server's ``stall_timeout`` at most, and is
+  then left to the server's budgets, which drop it).
 * Process lifetime: ``disposeTerminal``, the end of the shell, the host's
   close, the disposal of the claiming session and (after
   :attr:`TerminalOptions.client_grace` seconds) the disconnection of the
@@ -140,7 +142,8 @@ class TerminalOptions:
     max_pending_input: int = 1024 * 1024
     """Input bytes waiting for a program that does not read; beyond, input is dropped."""
     backpressure_bytes: int = 16 * 1024 * 1024
-    """Bytes in the server's send queues above which terminals stop reading output."""
+    """Bytes in the send queues of the connections that read
+    (:meth:`HostServer.reading_queued_bytes`) above which terminals stop reading output."""
     kill_timeout: float = 2.0
     """Seconds between ``SIGHUP``/``SIGTERM`` and ``SIGKILL`` when a terminal is ended."""
     client_grace: float = 10.0
@@ -1112,7 +1115,7 @@ class TerminalService:
     def _sent(self) -> None:
         """Send what was dispatched; stop reading output while the connections lag."""
         self.server.flush()
-        if self.server.queued_bytes > self.options.backpressure_bytes:
+        if self.server.reading_queued_bytes() > self.options.backpressure_bytes:
             for terminal in self._terminals.values():
                 terminal.pause()
             if self._backpressure is None:
@@ -1121,7 +1124,7 @@ class TerminalService:
 
     def _check_backpressure(self) -> None:
         self._backpressure = None
-        if self.server.queued_bytes > self.options.backpressure_bytes // 2:
+        if self.server.reading_queued_bytes() > self.options.backpressure_bytes // 2:
             self._backpressure = asyncio.get_running_loop().call_later(
                 0.01, self._check_backpressure)
             return

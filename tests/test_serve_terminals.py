@@ -43,7 +43,8 @@ def test_serve_runs_terminals_and_leaves_no_process_at_shutdown(tmp_path: Path) 
             await peer.subscribe(URI)
             await peer.dispatch(URI, t.TerminalInputAction(
                 data="sleep 300 & echo SHELL=$$ JOB=$!\n"))
-            state = await peer.until_state(URI, lambda s: "JOB=" in _text(s))
+            state = await peer.until_state(URI, lambda s: re.search(r"JOB=\d+\r", _text(s))
+                                           is not None)
             pids = [int(n) for n in re.findall(r"(?:SHELL|JOB)=(\d+)", _text(state))]
             assert len(pids) == 2 and all(alive(pid) for pid in pids)
             assert await stop(proc) == 0

@@ -12,6 +12,7 @@ import asyncio
 import json
 import os
 import re
+import signal
 import socket
 from collections.abc import Callable
 from pathlib import Path
@@ -129,9 +130,10 @@ def test_dispose_kills_the_whole_terminal_with_grandchildren(tmp_path: Path) -> 
             # a job in its own process group, whose child ignores SIGHUP and SIGTERM
             await type_in(client, URI, "bash -c 'trap \"\" HUP TERM; sleep 300 & "
                           "echo GRAND=$!; wait' & echo CHILD=$!\r")
-            state = await until(client, URI, lambda s: "GRAND=" in text_of(s)
-                                and "CHILD=" in text_of(s))
+            state = await until(client, URI, lambda s: len(re.findall(
+                r"(?:GRAND|CHILD)=\d+\r", text_of(s))) == 2)
             pids = [int(n) for n in re.findall(r"(?:GRAND|CHILD)=(\d+)", text_of(state))]
+            assert len(pids) == 2
             shell = th.service.process_id(URI)
             assert shell is not None
             pids.append(shell)
@@ -391,3 +393,30 @@ def test_a_client_that_stops_reading_holds_a_flood_back_only_for_a_while(
             await client.request(methods.DISPOSE_TERMINAL, t.DisposeTerminalParams(channel=URI))
 
     run(body(), 40)
+
+
+def test_a_crashed_shell_leaves_no_process(tmp_path: Path) -> None:
+    async def body() -> None:
+        options = shell_options("bash", tmp_path, kill_timeout=0.5)
+        async with terminal_host(tmp_path, options=options) as th, \
+                connect(th.url, clock=clock) as client:
+            await client.initialize([ROOT])
+            await create(client, URI)
+            await type_in(client, URI, "nohup sleep 300 >/dev/null 2>&1 & echo JOB=$!\r")
+            state = await until(client, URI, lambda s: re.search(r"JOB=\d", text_of(s))
+                                is not None)
+            (job,) = [int(n) for n in re.findall(r"JOB=(\d+)", text_of(state))]
+            shell = th.service.process_id(URI)
+            assert shell is not None and alive(job)
+            os.kill(shell, signal.SIGKILL)
+            state = await until(client, URI, lambda s: s.exit_code is not None)
+            assert state.exit_code == 128 + signal.SIGKILL
+            for _ in range(100):
+                if not alive(job):
+                    break
+                await asyncio.sleep(0.05)
+            assert not alive(job) and not alive(shell)
+            # the terminal stays listed until disposed; its state says it exited
+            assert th.service.terminals == (URI,)
+
+    run(body())

@@ -43,7 +43,8 @@ class RunResult:
     """What :meth:`Turn.run` gives back."""
 
     exit_code: int | None
-    """The command's exit code (``None``: killed by a signal)."""
+    """The command's exit code (``128 + N``: killed by signal ``N``, as shells say;
+    ``None``: unknown, its terminal was disposed first)."""
     output: str
     """Its newest output (the terminal's, VT sequences included), at most ``max_output``
     characters."""
@@ -292,7 +293,7 @@ class Turn:
         content = (t.ToolResultTerminalContent(resource=job.uri, title=shown, is_pty=True,
                                                result=result),)
         ok = code == 0 and not timed_out
-        why = ("timed out" if timed_out else "killed by a signal" if code is None
+        why = ("timed out" if timed_out else "ended, its terminal disposed" if code is None
                else f"exited with status {code}")
         await call._finish(ok, content, "Ran command" if ok else f"Command {why}",
                            None if ok else t.ToolCallError(message=f"the command {why}"))

@@ -670,7 +670,8 @@ class CommandRun:
         """The terminal's URI (clients subscribe to it to watch)."""
 
     async def wait(self) -> int | None:
-        """The command's exit code, once it ended (``None``: killed by a signal)."""
+        """The command's exit code, once it ended (``128 + N``: killed by signal ``N``;
+        ``None``: the terminal was disposed before it could be known)."""
         return await asyncio.shield(self._terminal.exited)
 
     @property
@@ -1146,7 +1147,9 @@ class TerminalService:
                 terminal.drain()
                 await asyncio.sleep(0.01)
             terminal.flush()
-            exit_code = code if code >= 0 else None
+            # killed by signal N: 128 + N, as shells report it (an absent exitCode
+            # would leave the state as it was: nobody could tell it ended)
+            exit_code = code if code >= 0 else 128 - code
             finished = terminal.finish_command(exit_code)
             if finished is not None:
                 self._dispatch(terminal, finished)

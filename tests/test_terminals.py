@@ -420,3 +420,17 @@ def test_a_crashed_shell_leaves_no_process(tmp_path: Path) -> None:
             assert th.service.terminals == (URI,)
 
     run(body())
+
+
+def test_an_embedder_rule_replaces_the_roots(tmp_path: Path) -> None:
+    from agenthost_protocol.aio import HostServer
+    from agenthost_protocol.aio.terminals import TerminalService
+    from agenthost_protocol.host import Host
+
+    server = HostServer(Host(clock=clock))
+    (tmp_path / "ok").mkdir()
+    service = TerminalService(server, roots=[tmp_path],
+                              allowed_cwd=lambda path: path.name == "ok")
+    assert service.allowed(tmp_path / "ok") and not service.allowed(tmp_path)
+    plain = TerminalService(server, roots=[tmp_path])
+    assert plain.allowed(tmp_path / "ok") and not plain.allowed(tmp_path.parent)

@@ -61,7 +61,7 @@ import sys
 import time
 import uuid
 from collections import deque
-from collections.abc import Coroutine, Iterator, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Final
 from urllib.parse import quote, unquote, urlsplit
@@ -705,12 +705,15 @@ class TerminalService:
     ``roots``: the directories a terminal may start in (a ``cwd`` must be one
     of them or below, symbolic links resolved); default: the working
     directory.  A terminal with no ``cwd`` starts in the first root.
+    ``allowed_cwd`` (given the resolved path) replaces that check: an
+    embedder's own rule (the file service's roots, say).
     ``max_terminals`` (default: the server's ``limits.max_terminals``) bounds
     the terminals alive at once.
     """
 
     def __init__(self, server: HostServer, *, options: TerminalOptions | None = None,
                  roots: Sequence[str | Path] | None = None,
+                 allowed_cwd: Callable[[Path], bool] | None = None,
                  max_terminals: int | None = None) -> None:
         self.server = server
         self.host = server.host
@@ -719,6 +722,7 @@ class TerminalService:
         if not given:
             raise LocalProtocolError("a terminal service needs at least one root")
         self.roots = tuple(Path(os.path.realpath(root)) for root in given)
+        self._allowed_cwd = allowed_cwd
         self.max_terminals = (max_terminals if max_terminals is not None
                               else server.limits.max_terminals)
         # what one message carries: a character may take 6 bytes of JSON (\u001b)
@@ -759,8 +763,11 @@ class TerminalService:
         return getattr(state, name, None) if isinstance(state, t.TerminalState) else None
 
     def allowed(self, path: Path) -> bool:
-        """Whether ``path`` (resolved) is one of the roots or below one."""
+        """Whether ``path`` (resolved) may be a terminal's cwd: ``allowed_cwd`` says, or
+        else whether it is one of the roots or below one."""
         real = Path(os.path.realpath(path))
+        if self._allowed_cwd is not None:
+            return self._allowed_cwd(real)
         return any(real == root or root in real.parents for root in self.roots)
 
     # -- the HostService protocol --

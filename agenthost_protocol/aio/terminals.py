@@ -367,8 +367,7 @@ class _Terminal:
         self.output_chars = 0
         self.output_cut = False
         self.run_by_agent = False
-        self.created = time.monotonic()
-        self._dropped_input = 0
+        self._dropping = False
 
     # -- starting --
 
@@ -589,9 +588,11 @@ class _Terminal:
             return
         room = self.service.options.max_pending_input - len(self._input)
         if len(data) > room:
-            self._dropped_input += len(data) - max(room, 0)
-            log.warning("terminal %s: its program does not read its input; %d bytes "
-                        "dropped", self.uri, len(data) - max(room, 0))
+            if not self._dropping:  # once per terminal: a peer cannot flood the log
+                self._dropping = True
+                log.warning("terminal %s: its program does not read its input; input "
+                            "beyond %d bytes waiting is dropped", self.uri,
+                            self.service.options.max_pending_input)
             data = data[:max(room, 0)]
         if not data:
             return
@@ -651,7 +652,7 @@ class _Terminal:
         while time.monotonic() < deadline:
             if self.exited.done() and len(_session_members(self.sid)) == 0:
                 return
-            await asyncio.sleep(0.02)
+            await asyncio.sleep(0.05)  # a scan of /proc each time: not too often
         _signal_session(self.sid, signal.SIGKILL)
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(asyncio.shield(self.exited), 2.0)

@@ -81,6 +81,7 @@ from ..host import (
 )
 from ..host.validation import MAX_TERMINAL_SIZE, MAX_TERMINAL_TITLE
 from ..types.error_codes import JsonRpcErrorCode
+from .activity import shown
 from .server import HostServer
 
 __all__ = [
@@ -406,7 +407,7 @@ class _Terminal:
             return
         except OSError as e:
             if e.errno != errno.EIO:
-                log.warning("terminal %s: reading failed: %s", self.uri, e)
+                log.warning("terminal %s: reading failed: %s", shown(self.uri), e)
             chunk = b""
         if not chunk:
             self._stop_reading()
@@ -591,7 +592,7 @@ class _Terminal:
             if not self._dropping:  # once per terminal: a peer cannot flood the log
                 self._dropping = True
                 log.warning("terminal %s: its program does not read its input; input "
-                            "beyond %d bytes waiting is dropped", self.uri,
+                            "beyond %d bytes waiting is dropped", shown(self.uri),
                             self.service.options.max_pending_input)
             data = data[:max(room, 0)]
         if not data:
@@ -911,7 +912,7 @@ class TerminalService:
         try:
             terminal.spawn(argv, cwd, cols, rows, env)
         except (OSError, subprocess.SubprocessError) as e:
-            log.warning("terminal %s: cannot start %s: %s", terminal.uri, argv[0], e)
+            log.warning("terminal %s: cannot start %s: %s", shown(terminal.uri), shown(argv[0]), e)
             self._dispatch(terminal, t.TerminalDataAction(
                 data=f"agenthost-protocol: cannot start {argv[0]}: {e}\r\n"))
             self._dispatch(terminal, t.TerminalExitedAction(exit_code=127))
@@ -921,7 +922,7 @@ class TerminalService:
         if not title:
             self._dispatch(terminal, t.TerminalTitleChangedAction(
                 title=os.path.basename(argv[0])))
-        log.info("terminal %s: %s started (pid %d)", terminal.uri,
+        log.info("terminal %s: %s started (pid %d)", shown(terminal.uri),
                  os.path.basename(argv[0]), terminal.sid)
         self._sent()
 
@@ -976,7 +977,7 @@ class TerminalService:
         if client in self._online:
             return
         for uri in list(self._claimed_by_client(client)):
-            log.info("terminal %s: disposed, its client %s left", uri, client[:80])
+            log.info("terminal %s: disposed, its client %s left", shown(uri), shown(client))
             self.dispose(uri)
         self.server.flush()
 
@@ -986,7 +987,7 @@ class TerminalService:
             if isinstance(state, t.TerminalState) and isinstance(
                     state.claim, t.TerminalSessionClaim) and not self.host.has_channel(
                     state.claim.session):
-                log.info("terminal %s: disposed with its session", uri)
+                log.info("terminal %s: disposed with its session", shown(uri))
                 self.dispose(uri)
         self.server.flush()
 
@@ -1068,7 +1069,7 @@ class TerminalService:
         try:
             self.host.dispatch(terminal.uri, action)
         except LocalProtocolError:
-            log.exception("terminal %s: could not dispatch %s", terminal.uri, action.type)
+            log.exception("terminal %s: could not dispatch %s", shown(terminal.uri), action.type)
 
     def _append(self, terminal: _Terminal, text: str) -> None:
         limit = self.max_content_chars
@@ -1165,7 +1166,7 @@ class TerminalService:
             self._sent()
             terminal.exit_code = exit_code
             terminal.exited.set_result(exit_code)
-            log.info("terminal %s: its process exited (%s)", terminal.uri,
+            log.info("terminal %s: its process exited (%s)", shown(terminal.uri),
                      f"status {code}" if code >= 0 else f"signal {-code}")
         terminal.close_pty()
         # nothing of the terminal's session outlives its shell

@@ -181,6 +181,20 @@ def test_title_and_cwd_follow_the_shell(tmp_path: Path) -> None:
 
     run(body())
 
+    async def plain() -> None:
+        # a shell without the integration that reports its directory itself (OSC 7)
+        options = shell_options("bash", tmp_path, shell_integration=False)
+        async with terminal_host(tmp_path, options=options) as th, \
+                connect(th.url, clock=clock) as client:
+            await client.initialize([ROOT])
+            await create(client, URI, tmp_path)
+            await type_in(client, URI, "printf '\\033]7;file://some-host/srv/a%%20b\\007'\r")
+            state = await until(client, URI, lambda s: s.cwd == "file:///srv/a%20b")
+            assert not state.supports_command_detection
+            assert "\x1b]7;" in text_of(state)  # OSC 7 is not the integration's: kept
+
+    run(plain())
+
 
 @pytest.mark.parametrize("shell", ["bash", "zsh"])
 def test_command_detection(tmp_path: Path, shell: str) -> None:

@@ -33,7 +33,7 @@ def _text(state: t.SnapshotState) -> str:
 
 def test_serve_runs_terminals_and_leaves_no_process_at_shutdown(tmp_path: Path) -> None:
     async def main() -> None:
-        async with spawn(["--stdio", "--no-store", "--shell", "/bin/sh"],
+        async with spawn(["--stdio", "--shell", "/bin/sh"],
                          tmp_path / "serve.err", stdin=asyncio.subprocess.PIPE) as proc:
             peer = stdio_peer(proc, "stdio-client")
             await peer.initialize([ROOT])

@@ -39,7 +39,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterable
-from typing import Final, TypeVar
+from typing import TYPE_CHECKING, Final, TypeVar
 
 import attrs
 
@@ -52,6 +52,9 @@ from ..types.error_codes import AhpErrorCode, JsonRpcErrorCode
 from .base import Agent, AgentError, NewSession
 from .dispatch import bounded_text, dispatch_agent_action, error_name, error_text
 from .turn import Turn
+
+if TYPE_CHECKING:
+    from ..aio.terminals import TerminalService
 
 __all__ = ["CLOSE_TIMEOUT", "NOT_SERVED", "UNSENDABLE_ERROR", "AgentDriver"]
 
@@ -95,6 +98,9 @@ class AgentDriver:
         """Seconds :meth:`close` waits for what it stops (:data:`CLOSE_TIMEOUT`)."""
         self.host = host
         self._flush = flush
+        self.terminals: TerminalService | None = None
+        """The host's terminals, where ``Turn.run`` runs commands (``None``: none;
+        ``serve`` sets it unless ``--no-terminals``)."""
         agent._driver = self
         info = agent.info()
         self._provider = info.provider

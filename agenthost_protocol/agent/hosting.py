@@ -161,6 +161,11 @@ class ServeOptions:
     capture_max_bytes: int = 64 * 1024 * 1024
     """The most bytes one connection's capture file grows to (``capture.DEFAULT_MAX_BYTES``;
     not imported here: ``serve`` without ``--capture`` never loads the capture)."""
+    no_terminals: bool = False
+    """Serve no terminals (``serve --no-terminals``): ``createTerminal`` is refused as
+    unsupported and ``Turn.run`` fails."""
+    shell: tuple[str, ...] = field(default=(), converter=_strings)
+    """The command a terminal runs (``serve --shell``; ``()``: the user's shell)."""
 
     def store_path(self) -> str | None:
         """The store file ``serve`` uses, or ``None`` with ``no_store``: ``store``, else
@@ -636,6 +641,7 @@ async def serve_host(
         raise
     if capture is not None:
         server.stream_wrapper = capture
+    _add_terminals(server, agent, options)
     closer = _Closer(agent)
     with _stop_on_signals(stop) if handle_signals else contextlib.nullcontext():
         try:
@@ -662,6 +668,22 @@ async def serve_host(
 
 serve_demo = serve_host
 """The former name of :func:`serve_host` (the demo is ``ServeOptions``' default agent)."""
+
+
+def _add_terminals(server: HostServer, agent: ServedAgent, options: ServeOptions) -> None:
+    """Terminals for every agent kind, unless ``no_terminals``; an agent of the agent
+    layer gets them for ``Turn.run`` too."""
+    if options.no_terminals:
+        return
+    from ..aio.terminals import TerminalOptions, TerminalService  # noqa: PLC0415
+
+    # a terminal starts in a directory the files are served from (the working
+    # directory when no root is served)
+    roots = [root.path for root in file_roots(options).roots] or None
+    service = TerminalService(server, options=TerminalOptions(shell=options.shell), roots=roots)
+    server.add_service(service)
+    if isinstance(agent, AgentService):
+        agent.driver.terminals = service
 
 
 def _open_capture(options: ServeOptions) -> CaptureDir | None:

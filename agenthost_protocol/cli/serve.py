@@ -181,6 +181,20 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     files.add_argument("--max-watches", type=positive_int, default=defaults.max_watches,
                        metavar="N", help="file watches the host keeps at once, every client "
                        f"together (default {defaults.max_watches})")
+    terminals = serve.add_argument_group(
+        "terminals (docs/terminals.md)",
+        "Clients may open terminals: the user's shell in a pseudo-terminal, started in the "
+        "directories served; bash and zsh report each command (command detection).")
+    terminals.add_argument("--no-terminals", action="store_true",
+                           help="serve no terminals (createTerminal is refused, and an "
+                           "agent's turn.run fails)")
+    terminals.add_argument("--shell", metavar="COMMAND",
+                           help="what a terminal runs, split as a shell would (default: "
+                           "$SHELL, else the user's login shell)")
+    terminals.add_argument("--max-terminals", type=positive_int,
+                           default=defaults.max_terminals, metavar="N",
+                           help=f"terminals listed at once, exited ones until disposed (default "
+                           f"{defaults.max_terminals})")
     serve.add_argument("--agent", type=agent_choice, default="demo",
                        metavar="{demo,acp,pi,xcsh,MODULE:ATTR}",
                        help="the agent: the built-in demo (default, no COMMAND), an ACP agent "
@@ -211,6 +225,7 @@ class _ServerLimitDefaults:
     max_sessions = 10_000
     max_chats_per_session = 256
     max_watches = 64
+    max_terminals = 64
 
 
 def _read_token(args: argparse.Namespace, parser: argparse.ArgumentParser) -> str | None:
@@ -328,6 +343,7 @@ def serve_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
             max_reconnects_per_minute=args.max_reconnects_per_minute,
             max_sessions=args.max_sessions,
             max_chats_per_session=args.max_chats_per_session,
+            max_terminals=args.max_terminals,
             compression=args.compression,
             max_watches=args.max_watches,
         ),
@@ -347,5 +363,21 @@ def serve_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
         max_store_bytes=args.max_store_bytes,
         capture=args.capture,
         close_timeout=args.close_timeout,
+        no_terminals=args.no_terminals,
+        shell=_shell_words(args.shell, parser),
     )
     return run(options)
+
+
+def _shell_words(shell: str | None, parser: argparse.ArgumentParser) -> tuple[str, ...]:
+    if shell is None:
+        return ()
+    import shlex  # noqa: PLC0415
+
+    try:
+        words = tuple(shlex.split(shell))
+    except ValueError as e:
+        parser.error(f"--shell: {e}")
+    if not words:
+        parser.error("--shell: empty")
+    return words

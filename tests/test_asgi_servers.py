@@ -1,0 +1,294 @@
+"""Issue 30: ``asgi_app`` under real ASGI servers, at the root and mounted, as a user runs it.
+
+``check-host`` passes against the host under uvicorn (its two WebSocket
+implementations: websockets, and wsproto as hypercorn uses too) and under
+hypercorn, at the root, mounted in Starlette and mounted in FastAPI; the
+handshake refusals at a mounted path; the lifespan's shutdown ends every
+connection cleanly; a slow consumer is dropped under a mounted app as under
+``serve``.  Every server runs in-process, on a free port of 127.0.0.1, and is
+stopped and awaited on the way out; every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections.abc import AsyncIterator
+from typing import Literal
+
+import pytest
+
+pytest.importorskip("uvicorn")
+pytest.importorskip("hypercorn")
+pytest.importorskip("starlette")
+pytest.importorskip("fastapi")
+
+import hypercorn.asyncio
+import hypercorn.config
+import uvicorn
+from fastapi import FastAPI
+from starlette.applications import Starlette
+from starlette.routing import Mount
+from websockets.asyncio.client import connect as ws_connect
+from websockets.exceptions import ConnectionClosed
+
+from agenthost_protocol import types as t
+from agenthost_protocol.agent import AgentDriver
+from agenthost_protocol.agent.demo import DemoAgent, demo_root_state
+from agenthost_protocol.aio import HostServer, ServerLimits
+from agenthost_protocol.aio.access import AccessPolicy
+from agenthost_protocol.aio.client import connect
+from agenthost_protocol.asgi import asgi_app
+from agenthost_protocol.host import Host
+from agenthost_protocol.hostcheck.driver import HandshakeRefused, Recorder, WebSocketTarget
+from agenthost_protocol.hostcheck.machine import check_host
+
+from ._aio_hosts import TIMEOUT, clock, free_port, run
+from .test_asgi import http_get, turn_round_trip, upgrade_headers, zero_masked_text_frame
+
+Kind = Literal["uvicorn", "uvicorn-wsproto", "hypercorn"]
+KINDS: tuple[Kind, ...] = ("uvicorn", "uvicorn-wsproto", "hypercorn")
+Where = Literal["root", "starlette", "fastapi"]
+WHERE: tuple[Where, ...] = ("root", "starlette", "fastapi")
+TOKEN = "asgi-servers-token"
+
+
+class Served:
+    def __init__(self, server: HostServer, port: int, prefix: str) -> None:
+        self.server = server
+        self.port = port
+        self.prefix = prefix
+        self.closed_when_stopped = False
+        """Whether the host was closed once the ASGI server had stopped, before the
+        test's own clean-up: a lifespan (the app's own, or the embedding one's) did it."""
+
+    @property
+    def url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}{self.prefix}"
+
+
+@contextlib.asynccontextmanager
+async def run_server(kind: Kind, app: object, port: int) -> AsyncIterator[None]:
+    """``app`` served by ``kind`` on ``port`` until the block ends (then stopped, awaited)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + TIMEOUT
+    if kind != "hypercorn":
+        config = uvicorn.Config(
+            app, host="127.0.0.1", port=port, lifespan="on",  # type: ignore[arg-type]
+            log_level="warning", ws_ping_interval=None,
+            ws="wsproto" if kind == "uvicorn-wsproto" else "auto")
+        server = uvicorn.Server(config)
+        task = asyncio.create_task(server.serve())
+        while not server.started:
+            assert not task.done() and loop.time() < deadline, "uvicorn did not start"
+            await asyncio.sleep(0.01)
+        try:
+            yield
+        finally:
+            server.should_exit = True
+            await asyncio.wait_for(task, TIMEOUT)
+        return
+    config_h = hypercorn.config.Config()
+    config_h.bind = [f"127.0.0.1:{port}"]
+    config_h.loglevel = "WARNING"
+    config_h.graceful_timeout = 1.0
+    config_h.accesslog = None
+    stop = asyncio.Event()
+    task = asyncio.create_task(hypercorn.asyncio.serve(
+        app, config_h, shutdown_trigger=stop.wait))  # type: ignore[arg-type]
+    while True:  # listening once a connection is taken
+        assert not task.done() and loop.time() < deadline, "hypercorn did not start"
+        try:
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+        except OSError:
+            await asyncio.sleep(0.02)
+            continue
+        writer.close()
+        break
+    try:
+        yield
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, TIMEOUT)
+
+
+@contextlib.asynccontextmanager
+async def served(kind: Kind, where: Where, *, limits: ServerLimits | None = None,
+                 ) -> AsyncIterator[Served]:
+    """The demo agent's host through ``asgi_app``: the whole application (``root``), or
+    mounted at ``/ahp`` in a Starlette or a FastAPI application whose own lifespan
+    closes the host, as docs/embedding.md shows."""
+    host = Host(clock=clock, root=demo_root_state(),
+                server_info=t.Implementation(name="test-host"))
+    server = HostServer(host, limits=limits)
+    driver = AgentDriver(DemoAgent(), host, server.flush)
+    server.handler = driver.handle
+    app = asgi_app(server, policy=AccessPolicy(token=TOKEN))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: object) -> AsyncIterator[None]:
+        yield
+        await driver.close()
+        await server.close()
+
+    outer: object
+    if where == "starlette":
+        outer = Starlette(routes=[Mount("/ahp", app=app)], lifespan=lifespan)
+    elif where == "fastapi":
+        api = FastAPI(lifespan=lifespan)
+        api.mount("/ahp", app)
+        outer = api
+    else:
+        outer = app
+    port = free_port()
+    s = Served(server, port, "/" if where == "root" else "/ahp/")
+    try:
+        async with run_server(kind, outer, port):
+            yield s
+        s.closed_when_stopped = server.closing
+    finally:
+        await driver.close()
+        await server.close()
+
+
+@pytest.mark.parametrize("where", WHERE)
+@pytest.mark.parametrize("kind", KINDS)
+def test_check_host_passes(kind: Kind, where: Where) -> None:
+    async def body() -> None:
+        async with served(kind, where) as s:
+            # check-host's own clients are synchronous (a thread each): off the loop
+            outcome = await asyncio.to_thread(
+                check_host, WebSocketTarget(url=s.url, token=TOKEN), examples=8, steps=20,
+                seed=0, shrink_budget=2.0)
+            assert outcome.error is None, outcome.error
+            assert outcome.failed == [], [str(v) for vs in outcome.violations.values()
+                                          for v in vs]
+            assert outcome.examples >= 8 and outcome.created > 0
+            assert outcome.undisposed == ()
+            # and it left the host as it found it: every session it made is gone
+            root = s.server.host.state("ahp-root://")
+            assert isinstance(root, t.RootState) and not root.active_sessions
+            # a refused token is check-host's "could not run" (the 401 and its reason),
+            # not a pass
+            wrong = WebSocketTarget(url=s.url, token="wrong")
+            with pytest.raises(HandshakeRefused) as refused:
+                await asyncio.to_thread(wrong.open, 0, Recorder())
+            assert refused.value.status == 401 and "access token" in str(refused.value)
+            refusal = await asyncio.to_thread(check_host, wrong, examples=1, steps=2, seed=0)
+            assert refusal.error is not None and "401" in refusal.error, refusal.error
+            assert refusal.created == 0
+        assert s.closed_when_stopped
+
+    run(body(), 90)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_refusals_at_a_mounted_path(kind: Kind) -> None:
+    async def body() -> None:
+        async with served(kind, "fastapi") as s:
+            port, at = s.port, "/ahp/"
+            cases: list[tuple[str, dict[str, str], int, str]] = [
+                (at, upgrade_headers(port), 401, "access token"),
+                (f"{at}?token=wrong", upgrade_headers(port), 401, "access token"),
+                (at, upgrade_headers(port, Authorization="Bearer wrong"), 401, "access token"),
+                (f"{at}?token={TOKEN}", upgrade_headers(port, Origin="https://evil.example"),
+                 403, "Origin"),
+                (f"{at}?token={TOKEN}", upgrade_headers(port, Host="evil.example"), 403,
+                 "Host"),
+            ]
+            for target, headers, want, words in cases:
+                status, got, text = await http_get(port, target, headers)
+                assert status == want, (target, headers, status, text)
+                assert words.encode() in text and TOKEN.encode() not in text
+                if want == 401:
+                    assert got.get("www-authenticate", "").startswith("Bearer")
+            assert s.server.connection_count == 0
+            # the HTTP answers of the mounted path, and FastAPI's own 404 beside it
+            status, headers_426, _ = await http_get(port, at)
+            assert status == 426 and headers_426.get("upgrade") == "websocket"
+            assert (await http_get(port, f"{at}other"))[0] == 404
+            assert (await http_get(port, "/elsewhere"))[0] == 404
+            # the library's client, its token in the Authorization header
+            async with connect(s.url, token=TOKEN, clock=clock, reconnect=False) as client:
+                await turn_round_trip(client)
+
+    run(body())
+
+
+@pytest.mark.parametrize("where", ["root", "fastapi"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_shutdown_ends_every_connection_cleanly(
+        kind: Kind, where: Where, caplog: pytest.LogCaptureFixture) -> None:
+    """Stopping the ASGI server (its lifespan: the app's, or the embedding app's) closes
+    the host and every connection, with a close frame, within a bounded time, and
+    nothing of ours logs an error."""
+    async def body() -> None:
+        caplog.set_level(logging.INFO, logger="agenthost_protocol")
+        sockets = []
+        async with served(kind, where) as s:
+            for _ in range(3):
+                ws = await ws_connect(f"{s.url}?token={TOKEN}", ping_interval=None)
+                sockets.append(ws)
+                await ws.send('{"jsonrpc":"2.0","id":1,"method":"ping","params":{}}')
+                assert '"id":1' in str(await asyncio.wait_for(ws.recv(), TIMEOUT))
+            assert s.server.connection_count == 3
+            loop = asyncio.get_running_loop()
+            stopping = loop.time()
+        # the ASGI server has stopped: uvicorn closes its WebSockets itself (1012);
+        # hypercorn ends them after its graceful_timeout (1 s here)
+        assert loop.time() - stopping < 5.0
+        assert s.closed_when_stopped and s.server.connection_count == 0
+        for ws in sockets:
+            with pytest.raises(ConnectionClosed) as closed:
+                await asyncio.wait_for(ws.recv(), TIMEOUT)
+            assert closed.value.rcvd is not None, "no close frame"
+            assert closed.value.rcvd.code in (1000, 1001, 1012), closed.value.rcvd
+        ours = [r for r in caplog.records
+                if r.name.startswith("agenthost_protocol") and r.levelno >= logging.ERROR]
+        assert ours == [], [r.getMessage() for r in ours]
+
+    run(body())
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_slow_consumer_is_dropped_under_a_mounted_app(
+        kind: Kind, caplog: pytest.LogCaptureFixture) -> None:
+    """A client that stops reading is dropped as under ``serve`` (its send queue
+    overflows); another client of the same host goes on being served."""
+    async def body() -> None:
+        limits = ServerLimits(max_queue_bytes=4 * 1024 * 1024, close_timeout=0.5)
+        async with served(kind, "fastapi", limits=limits) as s:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.setblocking(False)
+            loop = asyncio.get_running_loop()
+            await loop.sock_connect(sock, ("127.0.0.1", s.port))
+            reader, writer = await asyncio.open_connection(sock=sock)
+            try:
+                request = "".join(f"{k}: {v}\r\n" for k, v in upgrade_headers(s.port).items())
+                writer.write(f"GET /ahp/?token={TOKEN} HTTP/1.1\r\n{request}\r\n".encode())
+                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), TIMEOUT)
+                assert head.startswith(b"HTTP/1.1 101"), head
+                async with ws_connect(f"{s.url}?token={TOKEN}", ping_interval=None) as good:
+                    big_id = "x" * 1_000_000
+                    deadline = loop.time() + 10.0
+                    n = 0
+                    # pings whose answers (1 MB each) it never reads, until it is dropped
+                    while s.server.connection_count > 1:
+                        assert loop.time() < deadline, "the slow client was never dropped"
+                        n += 1
+                        writer.write(zero_masked_text_frame(
+                            '{"jsonrpc":"2.0","id":"' + big_id + str(n)
+                            + '","method":"ping","params":{}}'))
+                        if writer.transport.get_write_buffer_size() > 4_000_000:
+                            await asyncio.sleep(0.05)
+                        await asyncio.sleep(0.002)
+                    await good.send('{"jsonrpc":"2.0","id":2,"method":"ping","params":{}}')
+                    assert '"id":2' in str(await asyncio.wait_for(good.recv(), TIMEOUT))
+            finally:
+                writer.transport.abort()
+        assert "send queue full" in caplog.text
+
+    run(body())

@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import logging
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, MutableMapping
 from typing import Literal
 
 import pytest
@@ -37,10 +37,11 @@ from websockets.exceptions import ConnectionClosed
 from agenthost_protocol import types as t
 from agenthost_protocol.agent import AgentDriver
 from agenthost_protocol.agent.demo import DemoAgent, demo_root_state
-from agenthost_protocol.aio import HostServer, ServerLimits
+from agenthost_protocol.aio import DirectStream, HostServer, ServerLimits
 from agenthost_protocol.aio.access import AccessPolicy
 from agenthost_protocol.aio.client import connect
-from agenthost_protocol.asgi import asgi_app
+from agenthost_protocol.aio.server import CloseReason, EndOfStream
+from agenthost_protocol.asgi import AsgiStream, asgi_app
 from agenthost_protocol.host import Host
 from agenthost_protocol.hostcheck.driver import HandshakeRefused, Recorder, WebSocketTarget
 from agenthost_protocol.hostcheck.machine import check_host
@@ -290,5 +291,93 @@ def test_a_slow_consumer_is_dropped_under_a_mounted_app(
             finally:
                 writer.transport.abort()
         assert "send queue full" in caplog.text
+
+    run(body())
+
+
+# -- AsgiStream.write_now: the server's send run up to its first wait ---------------------
+
+
+class GatedSend:
+    """An ASGI ``send`` that waits while its gate is shut, as a server's flow control does,
+    and fails once ``fail`` is set."""
+
+    def __init__(self) -> None:
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.sent: list[str] = []
+        self.fail: str | None = None
+
+    async def __call__(self, message: MutableMapping[str, object]) -> None:
+        await self.gate.wait()
+        if self.fail is not None:
+            raise RuntimeError(self.fail)
+        self.sent.append(str(message.get("text", message["type"])))
+
+
+async def never() -> dict[str, object]:
+    await asyncio.Event().wait()
+    return {}
+
+
+def test_write_now_keeps_the_order_when_the_server_waits() -> None:
+    async def body() -> None:
+        send = GatedSend()
+        stream = AsgiStream(never, send, max_message_size=1024)
+        assert isinstance(stream, DirectStream)
+        # the server takes them without waiting: sent before write_now returns
+        assert stream.write_now([b"a", b"b", b"c"], {})
+        assert send.sent == ["a", "b", "c"]
+        # it waits on the second: the rest of the call goes on in a task, in order
+        send.gate.clear()
+        assert stream.write_now([b"d", b"e"], {})
+        assert send.sent == ["a", "b", "c"]
+        # meanwhile nothing more is taken at once: the send queue's turn
+        assert not stream.write_now([b"f"], {})
+        later = asyncio.create_task(stream.send(b"f"))
+        await asyncio.sleep(0.01)
+        assert not later.done() and send.sent == ["a", "b", "c"]
+        send.gate.set()
+        await asyncio.wait_for(later, TIMEOUT)
+        assert send.sent == ["a", "b", "c", "d", "e", "f"]
+        assert stream.write_now([b"g"], {}) and send.sent[-1] == "g"
+        await stream.close(CloseReason.NORMAL, "bye")
+        assert send.sent[-1] == "websocket.close"
+        assert not stream.write_now([b"h"], {})
+        with pytest.raises(EndOfStream):
+            await stream.send(b"h")
+
+    run(body())
+
+
+def test_write_now_failures_end_the_stream() -> None:
+    async def body() -> None:
+        # the server fails at once: EndOfStream from write_now itself
+        send = GatedSend()
+        send.fail = "client gone"
+        stream = AsgiStream(never, send, max_message_size=1024)
+        with pytest.raises(EndOfStream, match="client gone"):
+            stream.write_now([b"a"], {})
+        assert not stream.write_now([b"b"], {})
+        # the server fails after waiting: the next send says so
+        send = GatedSend()
+        stream = AsgiStream(never, send, max_message_size=1024)
+        send.gate.clear()
+        assert stream.write_now([b"a", b"b"], {})
+        send.fail = "reset by peer"
+        send.gate.set()
+        with pytest.raises(EndOfStream, match="reset by peer"):
+            await asyncio.wait_for(stream.send(b"c"), TIMEOUT)
+        assert send.sent == []
+        # a wait that never ends: abort cancels it, and a close after it sends nothing
+        send = GatedSend()
+        stream = AsgiStream(never, send, max_message_size=1024)
+        send.gate.clear()
+        assert stream.write_now([b"a"], {})
+        stream.abort()
+        await asyncio.wait_for(stream.close(CloseReason.NORMAL, "bye"), TIMEOUT)
+        send.gate.set()
+        await asyncio.sleep(0.01)
+        assert send.sent == []
 
     run(body())

@@ -14,8 +14,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import signal
 import socket
+import subprocess
+import sys
+import time
 from collections.abc import AsyncIterator, MutableMapping
+from pathlib import Path
 from typing import Literal
 
 import pytest
@@ -47,6 +53,7 @@ from agenthost_protocol.hostcheck.driver import HandshakeRefused, Recorder, WebS
 from agenthost_protocol.hostcheck.machine import check_host
 
 from ._aio_hosts import TIMEOUT, clock, free_port, run
+from ._aio_peer import child_env
 from .test_asgi import http_get, turn_round_trip, upgrade_headers, zero_masked_text_frame
 
 Kind = Literal["uvicorn", "uvicorn-wsproto", "hypercorn"]
@@ -381,3 +388,122 @@ def test_write_now_failures_end_the_stream() -> None:
         assert send.sent == []
 
     run(body())
+
+
+# -- tokens in the ASGI server's logs ------------------------------------------------------
+
+LOG_APP = '''
+import os, time
+from agenthost_protocol.agent.demo import demo_root_state
+from agenthost_protocol.aio import HostServer
+from agenthost_protocol.aio.access import AccessPolicy
+from agenthost_protocol.asgi import asgi_app, redact_server_logs
+from agenthost_protocol.host import Host
+
+server = HostServer(Host(clock=lambda: int(time.time() * 1000), root=demo_root_state()))
+app = asgi_app(server, policy=AccessPolicy(token=os.environ["APP_TOKEN"]))
+if os.environ.get("APP_REDACT"):
+    redact_server_logs()
+'''
+
+
+def _serve_and_log(tmp_path: Path, command: list[str], port: int, *, redact: bool) -> str:
+    """What ``command`` (an ASGI server running ``logapp:app``) writes while a client
+    connects with the token in the query, another with a wrong one, and an HTTP
+    request carries it as ``tkn=``."""
+    from websockets.exceptions import InvalidStatus as SyncInvalidStatus
+    from websockets.sync.client import connect as sync_connect
+
+    (tmp_path / "logapp.py").write_text(LOG_APP)
+    env = child_env()
+    env.update(APP_TOKEN=LOG_TOKEN, APP_REDACT="1" if redact else "")
+    out = tmp_path / "server.log"
+    with open(out, "wb") as sink:
+        proc = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=sink, stderr=sink,
+                                start_new_session=True)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            assert proc.poll() is None, out.read_text()
+            try:
+                socket.create_connection(("127.0.0.1", port), 0.5).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, out.read_text()
+                time.sleep(0.05)
+        with sync_connect(f"ws://127.0.0.1:{port}/?token={LOG_TOKEN}", open_timeout=TIMEOUT,
+                          close_timeout=2) as ws:
+            ws.send('{"jsonrpc":"2.0","id":1,"method":"ping","params":{}}')
+            assert '"id":1' in str(ws.recv(timeout=TIMEOUT))
+        with pytest.raises(SyncInvalidStatus), sync_connect(
+                f"ws://127.0.0.1:{port}/?token={LOG_TOKEN}x", open_timeout=TIMEOUT):
+            pass
+        with socket.create_connection(("127.0.0.1", port), TIMEOUT) as raw:
+            raw.sendall(f"GET /?tkn={LOG_TOKEN} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+                        "Connection: close\r\n\r\n".encode())
+            assert raw.recv(4096).startswith(b"HTTP/1.1 426")
+        time.sleep(0.3)  # the access line follows the response
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+    return out.read_text()
+
+
+LOG_TOKEN = "tok-in-the-log-5ecret"
+
+
+@pytest.mark.parametrize("server", ["uvicorn", "hypercorn"])
+def test_redact_server_logs_keeps_the_token_out(tmp_path: Path, server: str) -> None:
+    port = free_port()
+    if server == "hypercorn":
+        # the access log with the query in it (%(R)s; the default %(r)s has none)
+        command = [sys.executable, "-m", "hypercorn", "logapp:app", "--bind",
+                   f"127.0.0.1:{port}", "--access-logfile", "-",
+                   "--access-logformat", '%(h)s "%(R)s" %(s)s %({user-agent}i)s']
+        lines = ('"GET /?token=', '"GET /?tkn=')
+    else:
+        command = [sys.executable, "-m", "uvicorn", "logapp:app", "--port", str(port),
+                   "--no-access-log"]
+        lines = ('"WebSocket /?token=',)
+    plain = _serve_and_log(tmp_path, command, port, redact=False)
+    # as they are: the token in the request targets (uvicorn's WebSocket lines even
+    # with --no-access-log)
+    assert LOG_TOKEN in plain, plain
+    if server != "hypercorn":
+        # the access log on again: its lines are redacted, and still formatted
+        redacted = _serve_and_log(tmp_path, command[:-1], port, redact=True)
+        assert '"GET /?tkn=REDACTED HTTP/1.1" 426' in redacted, redacted
+    else:
+        redacted = _serve_and_log(tmp_path, command, port, redact=True)
+    assert LOG_TOKEN not in redacted, redacted
+    for start in lines:
+        assert start + "REDACTED" in redacted, redacted
+    # every line still formats (uvicorn's access formatter reads the record's arguments)
+    assert "Logging error" not in redacted and "Traceback" not in redacted, redacted
+
+
+def test_redacting_keeps_a_records_arguments() -> None:
+    """uvicorn's access formatter unpacks the record's five arguments: a redacted
+    record keeps them (redacted), unless only the whole message can be redacted."""
+    from agenthost_protocol.aio.redact import RedactSecrets
+
+    hide = RedactSecrets(["s3cret"])
+    record = logging.LogRecord("uvicorn.access", logging.INFO, __file__, 1,
+                               '%s - "%s %s HTTP/%s" %d', ("127.0.0.1:5", "GET",
+                                                           "/?tkn=abc123", "1.1", 426), None)
+    assert hide.filter(record)
+    assert record.args == ("127.0.0.1:5", "GET", "/?tkn=REDACTED", "1.1", 426)
+    assert record.getMessage() == '127.0.0.1:5 - "GET /?tkn=REDACTED HTTP/1.1" 426'
+    # a secret cut in two by the format: only the whole message shows it
+    record = logging.LogRecord("x", logging.INFO, __file__, 1, "%s%s", ("s3c", "ret"), None)
+    assert hide.filter(record)
+    assert record.args == () and record.getMessage() == "REDACTED"
+    # arguments of a mapping (hypercorn's access atoms): the message alone
+    record = logging.LogRecord("hypercorn.access", logging.INFO, __file__, 1, "%(R)s",
+                               ({"R": "GET /?token=abc123 1.1"},), None)
+    assert hide.filter(record)
+    assert record.getMessage() == "GET /?token=REDACTED 1.1"

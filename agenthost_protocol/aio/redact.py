@@ -91,6 +91,23 @@ class RedactSecrets(logging.Filter):
             text = f"{text[:self.max_chars]}... [cut: {len(text)} characters in all]"
         return text
 
+    def _redacted_parts(self, record: logging.LogRecord, redacted: str
+                        ) -> tuple[object, tuple[object, ...]]:
+        """The record's format and arguments, each redacted, when together they give a
+        message with nothing left to redact: formatters that read the arguments
+        themselves (uvicorn's access log unpacks its five) keep working.  Else the
+        redacted message alone, with no arguments."""
+        if isinstance(record.args, tuple) and record.args and isinstance(record.msg, str):
+            args = tuple(self.redact(a) if isinstance(a, str) else a for a in record.args)
+            msg = self.redact(record.msg)
+            try:
+                again = msg % args
+            except Exception:
+                again = None
+            if again is not None and self.redact(again) == again:
+                return msg, args
+        return redacted, ()
+
     def filter(self, record: logging.LogRecord) -> bool:
         try:
             message = record.getMessage()
@@ -101,7 +118,7 @@ class RedactSecrets(logging.Filter):
             return True
         redacted = self.redact(message)
         if redacted != message:
-            record.msg, record.args = redacted, ()
+            record.msg, record.args = self._redacted_parts(record, redacted)
         if record.exc_info and not record.exc_text:
             # formatted here, the way the handler's formatter would: it keeps exc_text
             record.exc_text = logging.Formatter().formatException(record.exc_info)

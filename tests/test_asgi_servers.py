@@ -464,7 +464,7 @@ def test_redact_server_logs_keeps_the_token_out(tmp_path: Path, server: str) -> 
         command = [sys.executable, "-m", "hypercorn", "logapp:app", "--bind",
                    f"127.0.0.1:{port}", "--access-logfile", "-",
                    "--access-logformat", '%(h)s "%(R)s" %(s)s %({user-agent}i)s']
-        lines = ('"GET /?token=', '"GET /?tkn=')
+        lines: tuple[str, ...] = ('"GET /?token=', '"GET /?tkn=')
     else:
         command = [sys.executable, "-m", "uvicorn", "logapp:app", "--port", str(port),
                    "--no-access-log"]

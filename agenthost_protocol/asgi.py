@@ -74,7 +74,6 @@ from collections.abc import (
     Callable,
     Coroutine,
     Generator,
-    Iterable,
     Mapping,
     MutableMapping,
     Sequence,
@@ -85,7 +84,6 @@ from typing import Final, TypeAlias
 
 from .aio.access import AccessPolicy, Refusal
 from .aio.log_quota import LogQuota
-from .aio.redact import RedactSecrets
 from .aio.server import CloseReason, EndOfStream, FrameCache, HostServer, MessageRefused
 
 __all__ = [
@@ -96,7 +94,6 @@ __all__ = [
     "AsgiApp",
     "AsgiStream",
     "asgi_app",
-    "redact_server_logs",
 ]
 
 log = logging.getLogger(__name__)
@@ -453,34 +450,3 @@ def asgi_app(server: HostServer, *, policy: AccessPolicy | None = None) -> AsgiA
     """
     return AsgiApp(server, policy)
 
-
-SERVER_LOGGERS: Final = ("uvicorn.error", "uvicorn.access", "hypercorn.error", "hypercorn.access")
-"""The loggers of uvicorn and hypercorn that write request targets: uvicorn writes
-each WebSocket handshake's, query included, on ``uvicorn.error`` (at ``INFO``,
-with or without ``--no-access-log``), and each HTTP request's on
-``uvicorn.access``; hypercorn's access log has the query only in the atoms
-``%(R)s``, ``%(Uq)s`` and ``%(q)s``."""
-
-_SERVER_LOG_FILTER: Final = RedactSecrets()
-
-
-def redact_server_logs(secrets: Iterable[str] = (), *,
-                       loggers: Iterable[str] = SERVER_LOGGERS) -> RedactSecrets:
-    """Keep access tokens out of what the ASGI server logs: a
-    :class:`~agenthost_protocol.aio.redact.RedactSecrets` filter on each of
-    ``loggers`` (by default uvicorn's and hypercorn's, :data:`SERVER_LOGGERS`),
-    which replaces ``?token=``/``?tkn=`` values, ``Authorization`` credentials and
-    each of ``secrets`` with ``REDACTED`` in their records, keeping the records'
-    arguments (uvicorn's access log reads them).  Call it after the server has
-    set up its logging (at import of the application's module, under
-    ``uvicorn module:app``: uvicorn configures logging first).  It is one filter
-    for the process: calling it again adds the new secrets to it and puts it on
-    no logger twice.  Returns the filter (:meth:`RedactSecrets.add` adds a
-    secret later)."""
-    for secret in secrets:
-        _SERVER_LOG_FILTER.add(secret)
-    for name in loggers:
-        logger = logging.getLogger(name)
-        if _SERVER_LOG_FILTER not in logger.filters:
-            logger.addFilter(_SERVER_LOG_FILTER)
-    return _SERVER_LOG_FILTER

@@ -401,7 +401,8 @@ import os, time
 from agenthost_protocol.agent.demo import demo_root_state
 from agenthost_protocol.aio import HostServer
 from agenthost_protocol.aio.access import AccessPolicy
-from agenthost_protocol.asgi import asgi_app, redact_server_logs
+from agenthost_protocol.aio.redact import redact_server_logs
+from agenthost_protocol.asgi import asgi_app
 from agenthost_protocol.host import Host
 
 server = HostServer(Host(clock=lambda: int(time.time() * 1000), root=demo_root_state()))

@@ -449,4 +449,3 @@ def asgi_app(server: HostServer, *, policy: AccessPolicy | None = None) -> AsgiA
     :class:`~agenthost_protocol.aio.access.AccessPolicy`, as for ``serve_websocket``).
     """
     return AsgiApp(server, policy)
-

@@ -61,17 +61,35 @@ What ASGI does not give, and what is done instead:
   buffered the message: set the server's own limit to the same size
   (uvicorn ``--ws-max-size``, hypercorn ``websocket_max_message_size``; both
   16 MiB by default, the same as ``ServerLimits``'s default).
-* **Every message goes through the send queue.**  An ASGI ``send`` may wait
-  (the server's flow control), so every message goes through the
-  connection's bounded queue and the server's send budget, as a
-  ``serve_websocket`` connection's do while its client is slow.
+* **A send may wait.**  An ASGI ``send`` is a coroutine that waits while
+  the server's flow control holds the connection.  While the client reads,
+  the stream runs the server's ``send`` up to its first wait straight from
+  the host's flush (uvicorn's and hypercorn's then write the frame and
+  return: no task, no queue); one that does wait goes on in a task, and
+  what comes meanwhile goes through the connection's bounded queue and the
+  server's send budget, as a ``serve_websocket`` connection's does while its
+  client is slow.  Each message is one ``send``: the ASGI server writes each
+  frame to the socket by itself, where ``serve_websocket`` writes all of a
+  flush's frames for a connection at once (docs/performance.md, "ASGI
+  fan-out").
 """
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import logging
-from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from collections.abc import (
+    Awaitable,
+    Callable,
+    Coroutine,
+    Generator,
+    Mapping,
+    MutableMapping,
+    Sequence,
+)
 from http import HTTPStatus
+from types import CoroutineType
 from typing import Final, TypeAlias
 
 from .aio.access import AccessPolicy, Refusal, offered_subprotocols, select_subprotocol
@@ -83,7 +101,7 @@ from .aio.authn import (
     HandshakeAuthenticator,
 )
 from .aio.log_quota import LogQuota
-from .aio.server import CloseReason, EndOfStream, HostServer, MessageRefused
+from .aio.server import CloseReason, EndOfStream, FrameCache, HostServer, MessageRefused
 
 __all__ = [
     "ASGIMessage",
@@ -204,6 +222,13 @@ class AsgiStream:
         self._max = max_message_size
         self._closed = False
         self._too_big = False
+        self._pending: asyncio.Future[None] | None = None
+        """The sends :meth:`write_now` left waiting on the server, if any."""
+        self._failure: str | None = None
+        self._direct = inspect.iscoroutinefunction(send) or (
+            callable(send) and inspect.iscoroutinefunction(type(send).__call__))
+        """Whether ``send`` makes a coroutine, which :meth:`write_now` can run up to its
+        first wait (anything else goes through the send queue)."""
         self.peer = peer
         """The client's address, ``HOST:PORT`` (for log lines), if the server said."""
 
@@ -234,6 +259,7 @@ class AsgiStream:
                 raise MessageRefused("binary frame refused: AHP messages are text frames")
 
     async def send(self, data: bytes) -> None:
+        await self._settle()
         if self._closed:
             raise EndOfStream("the connection is closed")
         try:
@@ -242,7 +268,67 @@ class AsgiStream:
             self._closed = True
             raise EndOfStream(f"the ASGI server failed to send: {e}") from None
 
+    def write_now(self, messages: Sequence[bytes], frames: FrameCache) -> bool:
+        """Each of ``messages`` handed to the ASGI server's ``send`` at once, unless a
+        send of an earlier call is still waiting (``False``, nothing taken).
+
+        The server's ``send`` coroutine is run up to its first wait: uvicorn's and
+        hypercorn's write the frame and return without waiting while the client
+        reads (no task, no queue for the message).  When one does wait (the
+        server's own flow control: the client is slow), it and the rest of
+        ``messages`` go on in a task, and until that task ends this returns
+        ``False``, so what comes meanwhile goes through the connection's send
+        queue and its budgets (:meth:`send` waits for the task first)."""
+        pending = self._pending
+        if pending is not None:
+            if not pending.done():
+                return False
+            self._pending = None
+        if self._closed or self._failure is not None or not self._direct:
+            return False
+        for number, data in enumerate(messages):
+            step = self._send({"type": "websocket.send", "text": data.decode("utf-8")})
+            if not isinstance(step, CoroutineType):
+                # an awaitable of another kind: awaited in the task, with the rest
+                self._pending = asyncio.ensure_future(
+                    self._send_rest(_awaited(step), messages[number + 1:]))
+                return True
+            try:
+                waits_on = step.send(None)
+            except StopIteration:
+                continue
+            except Exception as e:
+                self._closed = True
+                raise EndOfStream(f"the ASGI server failed to send: {e}") from None
+            self._pending = asyncio.ensure_future(
+                self._send_rest(_Resumed(step, waits_on), messages[number + 1:]))
+            return True
+        return True
+
+    async def _send_rest(self, first: Awaitable[None], rest: Sequence[bytes]) -> None:
+        try:
+            await first
+            for data in rest:
+                await self._send({"type": "websocket.send", "text": data.decode("utf-8")})
+        except asyncio.CancelledError:
+            self._closed = True
+            raise
+        except Exception as e:
+            self._closed = True
+            self._failure = f"the ASGI server failed to send: {e}"
+
+    async def _settle(self) -> None:
+        """Wait for the sends :meth:`write_now` left waiting (they come first)."""
+        pending = self._pending
+        if pending is not None:
+            # wait() neither raises what the task raised nor cancels it if we are
+            await asyncio.wait({pending})
+            self._pending = None
+        if self._failure is not None:
+            raise EndOfStream(self._failure)
+
     async def close(self, reason: CloseReason, message: str) -> None:
+        await self._settle()
         if self._closed:
             return
         self._closed = True
@@ -256,6 +342,42 @@ class AsgiStream:
     def abort(self) -> None:
         # ASGI has no abort: the application returns, and the server closes the socket
         self._closed = True
+        if self._pending is not None:
+            self._pending.cancel()
+
+
+async def _awaited(awaitable: Awaitable[None]) -> None:
+    await awaitable
+
+
+class _Resumed:
+    """A coroutine that ran synchronously up to a wait, as an awaitable that goes on
+    from there: awaiting it (in a task) hands the task what the coroutine waits on
+    (``waits_on``, the value its first step yielded), and each value or exception
+    the task sends back to the coroutine, as ``await coroutine`` would have."""
+
+    def __init__(self, coroutine: Coroutine[object, object, object], waits_on: object) -> None:
+        self._coroutine = coroutine
+        self._waits_on = waits_on
+
+    def __await__(self) -> Generator[object, object, None]:
+        coroutine, waits_on = self._coroutine, self._waits_on
+        while True:
+            try:
+                sent = yield waits_on
+            except GeneratorExit:
+                coroutine.close()
+                raise
+            except BaseException as e:
+                try:
+                    waits_on = coroutine.throw(e)
+                except StopIteration:
+                    return
+            else:
+                try:
+                    waits_on = coroutine.send(sent)
+                except StopIteration:
+                    return
 
 
 class AsgiApp:

@@ -599,7 +599,7 @@ def test_a_schema_1_store_is_migrated(tmp_path: Path) -> None:
 
     with SQLiteStore(path) as migrated:
         migrated.compact_every = 0
-        assert migrated.schema_version == SCHEMA_VERSION == 2
+        assert migrated.schema_version == SCHEMA_VERSION == 3
         assert migrated.previous_ahp_version == "0.7.0"
         same(migrated)
         db = db_of(migrated)

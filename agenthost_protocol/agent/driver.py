@@ -611,7 +611,8 @@ class AgentDriver:
             self._creating[uri] = asyncio.get_running_loop().create_task(
                 self._set_up_first(event, setup, params), name=f"create_session of {uri}")
             return True
-        self.host.create_session(uri, provider=provider, working_directories=directories)
+        self.host.create_session(uri, provider=provider, working_directories=directories,
+                                 principal=event.connection.principal)
         event.responder.respond(None)
         if self._deferred:
             self._creating[uri] = asyncio.get_running_loop().create_task(
@@ -660,7 +661,8 @@ class AgentDriver:
             if self._creating.get(uri) is asyncio.current_task():
                 del self._creating[uri]
         self.host.create_session(uri, provider=self._provider,
-                                 working_directories=setup.working_directories, config=config)
+                                 working_directories=setup.working_directories, config=config,
+                                 principal=event.connection.principal)
         event.responder.respond(None)
         if error is not None:
             self.host.fail_session(uri, error)

@@ -118,6 +118,10 @@ class HostConnection:
         """The deltas held for this connection to merge, newer than all of its outbox."""
         self._pending: dict[int, str] = {}
         self._next_id = 0
+        self._root_view: dict[str, object] = {}
+        """Under an ``authorize`` policy: what this connection's root state holds of the
+        fields the policy narrows (``activeSessions``, ``terminals``), as last sent
+        (absent: not known, after a replay)."""
 
     def __repr__(self) -> str:
         return f"<HostConnection #{self.number} {self.state.value} client={self.client_id!r}>"

@@ -200,11 +200,19 @@ class SessionBook:
         self._sessions: dict[str, tuple[int, str]] = {}
         self._owner: dict[str, str] = {}
         self._chats: dict[str, dict[str, None]] = {}
+        self._owned_by: dict[str, str] = {}
+        """session -> the owner key of the principal that created it (when it had one)."""
 
-    def created(self, uri: str, created_at: str) -> None:
+    def created(self, uri: str, created_at: str, owned_by: str | None = None) -> None:
         self._ordinal += 1
         self._sessions[uri] = (self._ordinal, created_at)
         self._chats[uri] = {}
+        if owned_by is not None:
+            self._owned_by[uri] = owned_by
+
+    def owned_by(self, session: str) -> str | None:
+        """The owner key recorded for ``session`` (``None``: nobody's)."""
+        return self._owned_by.get(session)
 
     def __len__(self) -> int:
         """The sessions known, stored ones included."""
@@ -221,6 +229,8 @@ class SessionBook:
         for row in rows:
             self._sessions[row.uri] = (row.ordinal, row.created_at)
             self._chats.setdefault(row.uri, {})
+            if row.owner is not None:
+                self._owned_by[row.uri] = row.owner
             self._ordinal = max(self._ordinal, row.ordinal)
         for chat, session in owners:
             self.chat_added(chat, session)
@@ -228,10 +238,12 @@ class SessionBook:
     def export(self, uri: str) -> tuple[object, ...]:
         """What the book holds of ``uri``, for :meth:`reimport` (undoing a forget)."""
         return (self._sessions.get(uri), tuple(self._chats.get(uri, ())),
-                uri in self._chats, self._owner.get(uri))
+                uri in self._chats, self._owner.get(uri), self._owned_by.get(uri))
 
     def reimport(self, uri: str, entry: tuple[object, ...]) -> None:
-        row, chats, has_chats, owner = entry
+        row, chats, has_chats, owner, owned_by = entry
+        if isinstance(owned_by, str):
+            self._owned_by[uri] = owned_by
         if isinstance(row, tuple):
             self._sessions[uri] = row
         if has_chats:
@@ -261,6 +273,7 @@ class SessionBook:
 
     def forget_channel(self, uri: str) -> None:
         self._sessions.pop(uri, None)
+        self._owned_by.pop(uri, None)
         for chat in self._chats.pop(uri, ()):
             self._owner.pop(chat, None)
         owner = self._owner.pop(uri, None)

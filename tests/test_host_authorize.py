@@ -60,7 +60,7 @@ def root_count(peer: Peer) -> int | None:
             for snapshot in result.get("snapshots", ()):
                 if snapshot["resource"] == ROOT_CHANNEL:
                     count = snapshot["state"].get("activeSessions")
-        params = message.get("params")
+        params = message.get("params") or {}
         if message.get("method") == "action" and params["channel"] == ROOT_CHANNEL:
             action = params["action"]
             if action["type"] == "root/activeSessionsChanged":
@@ -109,7 +109,7 @@ def test_each_principal_lists_and_hears_of_its_own_sessions_only() -> None:
 
 
 def test_a_foreign_session_looks_like_one_that_does_not_exist() -> None:
-    host, alice, bob, admin = with_two_sessions()
+    host, _alice, bob, _admin = with_two_sessions()
 
     def same_as_missing(method: str, params: dict[str, Any], missing: dict[str, Any]) -> int:
         refused, absent = bob.request(method, params), bob.request(method, missing)
@@ -147,7 +147,7 @@ def test_a_foreign_session_looks_like_one_that_does_not_exist() -> None:
 
 
 def test_a_foreign_chat_ignores_actions_as_a_missing_one_does() -> None:
-    host, alice, bob, admin = with_two_sessions()
+    host, alice, bob, _admin = with_two_sessions()
     assert "result" in alice.request("subscribe", {"channel": ALICE_C})
     before, seq = host.state(ALICE_C), host.server_seq
     draft = {"type": "chat/draftChanged", "draft": {"text": "bob was here",
@@ -200,7 +200,7 @@ def test_the_owner_does_everything_and_the_admin_too() -> None:
 
 
 def test_reconnect_replays_and_snapshots_only_what_the_principal_may_see() -> None:
-    host, alice, bob, admin = with_two_sessions()
+    host, alice, bob, _admin = with_two_sessions()
     seen = host.server_seq
     bob.conn.connection_lost()
     assert "result" in alice.create_session("alice-2")
@@ -217,7 +217,7 @@ def test_reconnect_replays_and_snapshots_only_what_the_principal_may_see() -> No
             assert set(result["missing"]) == {ALICE_S, ALICE_C}
             counts = [a["action"]["activeSessions"] for a in result["actions"]
                       if a["action"]["type"] == "root/activeSessionsChanged"]
-            assert counts == [] or counts == [1]
+            assert counts in ([], [1])
         else:
             assert {s["resource"] for s in result["snapshots"]} == {ROOT_CHANNEL, BOB_S}
             root = next(s for s in result["snapshots"] if s["resource"] == ROOT_CHANNEL)
@@ -249,7 +249,7 @@ def test_terminals_of_a_session_are_that_sessions() -> None:
 
 def test_sessions_of_nobody_are_the_admins_and_nobody_creates() -> None:
     host = make_host()
-    alice, bob, admin = peers(host)
+    alice, _bob, admin = peers(host)
     host.create_session(session_uri("agents-own"), provider="demo")  # no principal
     host.ready_session(session_uri("agents-own"), default_chat=chat_uri("agents-own"))
     assert alice.listed() == [] and admin.listed() == [session_uri("agents-own")]
@@ -264,7 +264,7 @@ def test_sessions_of_nobody_are_the_admins_and_nobody_creates() -> None:
 
 def test_without_a_policy_everyone_sees_everything() -> None:
     host = make_host(authorize=None)
-    alice, bob, admin = peers(host)
+    alice, bob, _admin = peers(host)
     alice.create_session("alice-1")
     assert bob.listed() == [ALICE_S]
     assert "result" in bob.request("subscribe", {"channel": ALICE_C})
@@ -282,7 +282,7 @@ def test_a_policy_of_the_embedders_own() -> None:
         return principal != "bob" or operation in (Operation.SEE, Operation.SUBSCRIBE)
 
     host = make_host(authorize=read_only_for_bob)
-    alice, bob, admin = peers(host)
+    alice, bob, _admin = peers(host)
     alice.create_session("alice-1")
     assert bob.listed() == [ALICE_S]
     assert "result" in bob.request("subscribe", {"channel": ALICE_C})
@@ -362,7 +362,7 @@ def test_the_policy_is_stateless_and_bound_per_host() -> None:
 
 @pytest.mark.parametrize("principal", ["bob", None])
 def test_create_chat_in_a_foreign_session_creates_nothing(principal: object) -> None:
-    host, alice, bob, admin = with_two_sessions()
+    host, alice, _bob, _admin = with_two_sessions()
     stranger = Peer(host, alice.embedder, principal, f"client-{principal}-x")
     stranger.initialize()
     answer = stranger.request("createChat", {"channel": ALICE_S, "chat": chat_uri("x")})

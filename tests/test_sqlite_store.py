@@ -1129,7 +1129,8 @@ def test_migrations_run_in_one_transaction(tmp_path: Path, monkeypatch: pytest.M
         assert store.log_after(0, 10) == (log(5),)
         assert db_of(store).execute("SELECT x FROM extra").fetchall() == [(1,)]
     monkeypatch.undo()
-    with pytest.raises(StoreError, match=f"schema {SCHEMA_VERSION + 1}, this one reads up to {SCHEMA_VERSION}"):
+    newer = f"schema {SCHEMA_VERSION + 1}, this one reads up to {SCHEMA_VERSION}"
+    with pytest.raises(StoreError, match=newer):
         SQLiteStore(path)
 
 

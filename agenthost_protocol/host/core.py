@@ -699,8 +699,9 @@ class Host(Commands, Durable):
                     continue
                 name, value, action = self._narrowed(conn.principal, envelope.action)
                 conn._root_view[name] = value
-                envelope = evolve(envelope, action=action)
-            out.append(envelope)
+                out.append(evolve(envelope, action=action))
+            else:
+                out.append(envelope)
         return tuple(out)
 
     def _seers(self, session: str) -> frozenset[HostConnection] | None:

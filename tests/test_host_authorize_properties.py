@@ -38,7 +38,7 @@ class Client:
 
     def __init__(self, host: Host, embedder: Embedder, name: str) -> None:
         self.name = name
-        self.principal = name.split("-")[0]
+        self.principal = name.split("-", maxsplit=1)[0]
         self.host, self.embedder = host, embedder
         self.peer = Peer(host, embedder, self.principal, name)
         self.count: int | None = None

@@ -735,6 +735,15 @@ class AgentDriver:
         self._hooks.add(task)
         task.add_done_callback(self._hooks.discard)
 
+    def _missing(self, event: RequestReceived, channel: str, code: int, what: str) -> bool:
+        """Under an ``authorize`` policy, answer a request about a channel that does not
+        exist as the host answers one the policy refuses, before any other refusal:
+        the two must look alike (``docs/host.md``, "Users kept apart")."""
+        if self.host.authorize is None or self.host.has_channel(channel):
+            return False
+        event.responder.error(code, f"no {what} {channel!r}")
+        return True
+
     def _one_chat_only(self, event: RequestReceived) -> bool:
         if self._one_chat:
             event.responder.error(JsonRpcErrorCode.INVALID_PARAMS,
@@ -745,6 +754,8 @@ class AgentDriver:
         params = event.params
         if not isinstance(params, t.CreateChatParams):
             raise LocalProtocolError(f"{event.method} is not createChat")
+        if self._missing(event, params.channel, AhpErrorCode.SESSION_NOT_FOUND, "session"):
+            return
         if self._one_chat_only(event):
             return
         refusal = self._not_ours(params.channel)
@@ -762,6 +773,8 @@ class AgentDriver:
         params = event.params
         if not isinstance(params, t.DisposeChatParams):
             raise LocalProtocolError(f"{event.method} is not disposeChat")
+        if self._missing(event, params.channel, AhpErrorCode.NOT_FOUND, "chat"):
+            return
         if self._one_chat_only(event):
             return
         self._stop(params.channel)

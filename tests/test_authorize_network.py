@@ -1,7 +1,7 @@
 """Users kept apart over real loopback WebSockets: the demo agent served by
 ``build_agent_server(store=SQLiteStore(...), authorize=OwnershipPolicy(...))``,
-each connection's principal the user its bearer token names (the way an
-embedder's ``authenticate`` hands it to ``HostServer.serve_connection``), the
+each connection's principal the user its bearer token names
+(``serve_websocket(authenticate=...)``), the
 main refusals seen by the library's own client, and ownership kept across a
 restart of the host on the same store file.
 """
@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 
 import pytest
-from websockets.asyncio.server import ServerConnection, serve
 
 from agenthost_protocol import methods
 from agenthost_protocol import types as t
@@ -23,7 +22,7 @@ from agenthost_protocol.agent.demo import DemoAgent
 from agenthost_protocol.agent.hosting import ServeOptions
 from agenthost_protocol.aio import HostServer
 from agenthost_protocol.aio.client import RequestError, connect
-from agenthost_protocol.aio.websocket import WebSocketStream
+from agenthost_protocol.aio.websocket import serve_websocket
 from agenthost_protocol.host import OwnershipPolicy
 from agenthost_protocol.sqlite_store import SQLiteStore
 from agenthost_protocol.types.error_codes import AhpErrorCode
@@ -37,37 +36,26 @@ POLICY = OwnershipPolicy(is_admin=lambda principal: principal == "root")
 @contextlib.asynccontextmanager
 async def users_host(store_path: Path) -> AsyncIterator[tuple[str, HostServer]]:
     """The demo agent on a loopback port; ``Authorization: Bearer <token>`` names the
-    user, and an unknown token is refused before the upgrade."""
+    user (``authenticate``), and an unknown token is refused before the upgrade."""
     store = SQLiteStore(store_path)
     server, service = build_agent_server(DemoAgent(step_delay=0.0), ServeOptions(), clock,
                                          store=store, authorize=POLICY)
     await service.start()
 
-    def principal_of(websocket: ServerConnection) -> str | None:
-        assert websocket.request is not None
-        header = websocket.request.headers.get("Authorization", "")
-        return TOKENS.get(header.removeprefix("Bearer "))
-
-    async def handler(websocket: ServerConnection) -> None:
-        await server.serve_connection(WebSocketStream(websocket),
-                                      principal=principal_of(websocket))
-
-    def check(connection: ServerConnection, request: object) -> object:
-        header = connection.request.headers.get("Authorization", "") if (
-            connection.request is not None) else ""
-        if TOKENS.get(header.removeprefix("Bearer ")) is None:
-            return connection.respond(401, "unknown token\n")
+    def authenticate(scope: Mapping[str, object]) -> str | None:
+        headers = scope["headers"]
+        assert isinstance(headers, list)
+        for name, value in headers:
+            if name == b"authorization":
+                return TOKENS.get(bytes(value).decode().removeprefix("Bearer "))
         return None
 
-    endpoint = await serve(handler, "127.0.0.1", 0, ping_interval=None,
-                           process_request=check)  # type: ignore[arg-type]
-    port = next(iter(endpoint.sockets)).getsockname()[1]
+    endpoint = await serve_websocket(server, "127.0.0.1", 0, ping_interval=None,
+                                     authenticate=authenticate)
     try:
-        yield f"ws://127.0.0.1:{port}", server
+        yield endpoint.url, server
     finally:
-        await server.close()
-        endpoint.close()
-        await asyncio.wait_for(endpoint.wait_closed(), TIMEOUT)
+        await endpoint.close()
         await service.close()
         store.close()
 

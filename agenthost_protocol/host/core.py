@@ -143,16 +143,6 @@ def _session_named(params: ProtocolNotificationParams) -> str | None:
     return None
 
 
-def _alike(principal: object) -> object:
-    """What principals judged alike share: equal ones (one verdict per principal, not
-    per connection), or the object itself when it cannot be hashed."""
-    try:
-        hash(principal)
-    except TypeError:
-        return ("unhashable", id(principal))
-    return principal
-
-
 def encode_envelope(envelope: t.ActionEnvelope) -> bytes:
     """The ``action`` notification carrying ``envelope``, as sent on the wire.
 
@@ -692,8 +682,7 @@ class Host(Commands, Durable):
             version = conn.protocol_version
             if version is None or not is_action_known_to_version(envelope.action, version):
                 continue
-            # an unhashable principal by identity: the connections hold it alive
-            alike = _alike(conn.principal)
+            alike = conn._alike
             entry = encoded.get(alike)
             if entry is None:
                 name, value, action = self._narrowed(conn.principal, envelope.action, counter)
@@ -737,8 +726,16 @@ class Host(Commands, Durable):
         authorize = self._authorize
         if authorize is None:
             return None
-        return frozenset(conn for conn in self._subscribers.get(ROOT_CHANNEL, ())
-                         if authorize(conn.principal, session, Operation.SEE))
+        verdicts: dict[object, bool] = {}
+        seers = []
+        for conn in self._subscribers.get(ROOT_CHANNEL, ()):
+            seen = verdicts.get(conn._alike)
+            if seen is None:
+                seen = verdicts[conn._alike] = authorize(conn.principal, session,
+                                                         Operation.SEE)
+            if seen:
+                seers.append(conn)
+        return frozenset(seers)
 
     # -- channels --
 
@@ -986,7 +983,7 @@ class Host(Commands, Durable):
                 if seers is not None:
                     seen = conn in seers
                 else:
-                    alike = _alike(conn.principal)
+                    alike = conn._alike
                     seen_now = verdicts.get(alike)
                     if seen_now is None:
                         assert authorize is not None

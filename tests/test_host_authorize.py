@@ -368,3 +368,18 @@ def test_create_chat_in_a_foreign_session_creates_nothing(principal: object) -> 
     answer = stranger.request("createChat", {"channel": ALICE_S, "chat": chat_uri("x")})
     assert error_code(answer) == SESSION_NOT_FOUND
     assert not host.has_channel(chat_uri("x"))
+
+
+def test_the_example_of_docs_host_md_runs() -> None:
+    text = (Path(__file__).parent.parent / "docs" / "host.md").read_text()
+    section = text[text.index("## Users kept apart: `authorize`"):]
+    block = section.split("```python\n", 1)[1].split("```", 1)[0]
+    exec(compile(block, "docs/host.md", "exec"), {})
+
+
+def test_a_terminal_of_a_foreign_session_cannot_be_disposed() -> None:
+    host, _alice, bob, _admin = with_two_sessions()
+    host.create_terminal("ahp-terminal:/alice-t", claim=t.TerminalSessionClaim(session=ALICE_S))
+    refused = bob.request("disposeTerminal", {"channel": "ahp-terminal:/alice-t"})
+    assert refused["error"] == {"code": NOT_FOUND, "message": "no terminal 'ahp-terminal:/alice-t'"}
+    assert host.has_channel("ahp-terminal:/alice-t")

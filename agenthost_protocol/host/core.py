@@ -599,6 +599,9 @@ class Host(Commands, Durable):
             case t.DisposeChatParams(channel=uri):
                 op = Operation.DISPOSE
                 message = f"no chat {uri!r}"
+            case t.DisposeTerminalParams(channel=uri):
+                op = Operation.DISPOSE
+                message = f"no terminal {uri!r}"
             case t.CreateSessionParams(channel=uri):
                 assert self._authorize is not None
                 if self._authorize(conn.principal, uri, Operation.CREATE):

@@ -16,11 +16,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from agenthost_protocol import types as t
 from agenthost_protocol.channels import ROOT_CHANNEL
 from agenthost_protocol.host import Host
 from agenthost_protocol.host.authorize import Operation, OwnershipPolicy
+from agenthost_protocol.host.sessions import CursorSeal
 from agenthost_protocol.sqlite_store import SCHEMA_VERSION, SQLiteStore
 from agenthost_protocol.types.error_codes import AhpErrorCode, JsonRpcErrorCode
 
@@ -383,3 +386,34 @@ def test_a_terminal_of_a_foreign_session_cannot_be_disposed() -> None:
     refused = bob.request("disposeTerminal", {"channel": "ahp-terminal:/alice-t"})
     assert refused["error"] == {"code": NOT_FOUND, "message": "no terminal 'ahp-terminal:/alice-t'"}
     assert host.has_channel("ahp-terminal:/alice-t")
+
+
+def test_list_cursors_under_a_policy_count_nobody_elses_sessions() -> None:
+    host = make_host()
+    alice, bob, _admin = peers(host)
+    for n in range(5):
+        alice.create_session(f"alice-{n}")
+        for m in range(3):
+            bob.create_session(f"bob-{n}-{m}")
+    listed, cursor, cursors = [], None, []
+    while True:
+        params: dict[str, Any] = {"limit": 2} | ({"cursor": cursor} if cursor else {})
+        result = alice.request("listSessions", params)["result"]
+        listed += [item["resource"] for item in result["items"]]
+        cursor = result.get("nextCursor")
+        if cursor is None:
+            break
+        cursors.append(cursor)
+    assert listed == [session_uri(f"alice-{n}") for n in range(5)]
+    # opaque: not the ordinals (1, 5, 9 ...), which would count bob's sessions between
+    assert all(len(c) == 16 and not c.isdigit() for c in cursors), cursors
+    for forged in ("5", "0" * 16, "f" * 16, cursors[0][::-1], "x"):
+        answer = alice.request("listSessions", {"cursor": forged})
+        assert error_code(answer) == int(JsonRpcErrorCode.INVALID_PARAMS), forged
+
+
+@given(st.integers(0, 2**64 - 1), st.binary(min_size=16, max_size=16))
+def test_a_sealed_cursor_opens_to_its_ordinal(ordinal: int, key: bytes) -> None:
+    seal = CursorSeal(key)
+    cursor = seal.seal(ordinal)
+    assert len(cursor) == 16 and seal.open(cursor) == ordinal

@@ -58,6 +58,7 @@ class Commands:
     _limits: HostLimits
     _authorize: Authorize | None
     _owner_key: OwnerKey
+    _cursor_seal: sessions.CursorSeal | None
 
     if TYPE_CHECKING:
         # the host's own, which these use
@@ -304,7 +305,8 @@ class Commands:
             def listed(uri: str) -> bool:
                 return self._is_listed(uri) and authorize(principal, uri, Operation.SEE)
 
-        uris, next_cursor = self._sessions.page(params.cursor, params.limit, listed)
+        uris, next_cursor = self._sessions.page(params.cursor, params.limit, listed,
+                                                self._cursor_seal)
         stored: dict[str, bytes] = {}
         unloaded = [uri for uri in uris if not self._states.is_loaded(uri)]
         if unloaded and self._store is not None:

@@ -43,6 +43,7 @@ Policies the spec leaves open (see ``docs/host.md``):
 from __future__ import annotations
 
 import contextlib
+import secrets
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from enum import Enum
@@ -341,6 +342,9 @@ class Host(Commands, Durable):
         else:
             self._authorize = authorize
             self._owner_key = owner_key or default_owner_key
+        # under a policy, listSessions cursors must not count the sessions of others
+        self._cursor_seal = (None if self._authorize is None
+                             else sessions.CursorSeal(secrets.token_bytes(16)))
         self.observer: HostObserver | None = None
         """Told of every applied action and removed channel (``None``: nobody)."""
         self._limits = limits if limits is not None else HostLimits()

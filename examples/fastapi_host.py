@@ -32,6 +32,7 @@ import json
 import os
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -160,7 +161,13 @@ def _listed(url: str, env: Mapping[str, str]) -> list[str]:
     return sorted(json.loads(line)["session"] for line in out.splitlines() if line.strip())
 
 
+def _stop_on_sigterm(signum: int, frame: object) -> None:
+    # CI's `timeout` sends SIGTERM: unwind, so that uvicorn is stopped on the way out
+    raise SystemExit(f"stopped by signal {signum}")
+
+
 def self_check() -> None:
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)
     tokens = {name: secrets.token_urlsafe(16) for name in ("ann", "ben", ADMIN)}
     with tempfile.TemporaryDirectory(prefix="fastapi-host-") as tmp:
         port = _free_port()

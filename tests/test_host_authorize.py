@@ -417,3 +417,27 @@ def test_a_sealed_cursor_opens_to_its_ordinal(ordinal: int, key: bytes) -> None:
     seal = CursorSeal(key)
     cursor = seal.seal(ordinal)
     assert len(cursor) == 16 and seal.open(cursor) == ordinal
+
+
+def test_a_policy_that_fails_refuses() -> None:
+    def broken(principal: object, session: str, operation: Operation) -> bool:
+        if principal == "bob":
+            raise RuntimeError("the identity provider is down")
+        return True
+
+    host = make_host(authorize=broken)
+    alice, bob, _admin = peers(host)
+    alice.create_session("alice-1")
+    assert bob.listed() == [] and alice.listed() == [ALICE_S]
+    assert error_code(bob.request("subscribe", {"channel": ALICE_S})) == NOT_FOUND
+    assert error_code(bob.create_session("bob-1")) == int(AhpErrorCode.PERMISSION_DENIED)
+    # the ready-made policy with an owner key or admin test of the embedder's that fails
+    failing: list[tuple[Any, Any]] = [(lambda p: 1 / 0, lambda p: False),
+                                      (lambda p: p, lambda p: 1 / 0),
+                                      (lambda p: 42, lambda p: False)]
+    for owner_key, is_admin in failing:
+        ready = Host(clock=lambda: 0, root=t.RootState(agents=()),
+                     authorize=OwnershipPolicy(owner_key=owner_key, is_admin=is_admin))
+        ready.create_session(session_uri("x"), provider="demo", principal="ann")
+        assert ready.session_owner(session_uri("x")) in (None, "ann")
+        assert not ready.may("ann", session_uri("x"), Operation.SEE)

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from enum import Enum
-from typing import TypeAlias
+from typing import Final, TypeAlias
 
 from attrs import frozen
 
@@ -74,8 +74,34 @@ def default_owner_key(principal: object) -> str | None:
     return principal if isinstance(principal, str) else None
 
 
+def key_of(owner_key: OwnerKey, principal: object) -> str | None:
+    """``owner_key(principal)``, ``None`` when it raises or gives no ``str``."""
+    try:
+        key = owner_key(principal)
+    except Exception:
+        return None
+    return key if isinstance(key, str) else None
+
+
 def _nobody(principal: object) -> bool:
     return False
+
+
+_ADMIN: Final = object()
+"""What :meth:`BoundOwnership._key` gives for an admin."""
+
+
+def fail_closed(authorize: Authorize) -> Authorize:
+    """``authorize`` refusing whatever it raises on (a policy's bug is no way in, nor a
+    way to break the host's fan-out)."""
+
+    def guarded(principal: object, session: str, operation: Operation) -> bool:
+        try:
+            return bool(authorize(principal, session, operation))
+        except Exception:
+            return False
+
+    return guarded
 
 
 @frozen(kw_only=True)
@@ -112,12 +138,24 @@ class BoundOwnership:
         self._owner_of = owner_of
 
     def __call__(self, principal: object, session: str, operation: Operation) -> bool:
-        if self.policy.is_admin(principal):
+        key = self._key(principal)
+        if key is _ADMIN:
             return True
-        key = self.policy.owner_key(principal)
         if key is None:
             return False
         return operation is Operation.CREATE or self._owner_of(session) == key
+
+    def _key(self, principal: object) -> str | object | None:
+        """The principal's owner key, :data:`_ADMIN`, or ``None``; the embedder's
+        functions failing (raising, or a key that is no ``str``) count as ``None``:
+        a policy that fails refuses."""
+        try:
+            if self.policy.is_admin(principal):
+                return _ADMIN
+            key = self.policy.owner_key(principal)
+        except Exception:
+            return None
+        return key if isinstance(key, str) else None
 
     def counter(self, sessions: tuple[str, ...]) -> Callable[[object], int]:
         """How many of ``sessions`` a principal may see (what a loop of calls would
@@ -126,9 +164,9 @@ class BoundOwnership:
         total = len(sessions)
 
         def seen(principal: object) -> int:
-            if self.policy.is_admin(principal):
+            key = self._key(principal)
+            if key is _ADMIN:
                 return total
-            key = self.policy.owner_key(principal)
-            return 0 if key is None else tally[key]
+            return tally[key] if isinstance(key, str) else 0
 
         return seen

@@ -19,7 +19,7 @@ from ..channels import ROOT_CHANNEL, ChannelKind, channel_kind
 from ..errors import InvalidParams, LocalProtocolError
 from ..types.error_codes import AhpErrorCode, JsonRpcErrorCode
 from . import sessions
-from .authorize import Authorize, Operation, OwnerKey
+from .authorize import Authorize, Operation, OwnerKey, key_of
 from .bounds import page_chunks, snapshot_budget
 from .content import ContentStore
 from .events import Event, RequestReceived, StoreFailed
@@ -108,7 +108,8 @@ class Commands:
         """
         state = sessions.new_session(provider, title, working_directories, config)
         self.add_channel(uri, state)
-        self._sessions.created(uri, wire_time(self._clock()), self._owner_key(principal))
+        self._sessions.created(uri, wire_time(self._clock()),
+                               key_of(self._owner_key, principal))
         if self._journal is not None:
             self._journal.new_sessions[uri] = None
             self._journal.undo.append(lambda: self._sessions.forget_channel(uri))

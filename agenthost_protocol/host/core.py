@@ -73,6 +73,7 @@ from .authorize import (
     OwnerKey,
     OwnershipPolicy,
     default_owner_key,
+    fail_closed,
 )
 from .bounds import (
     Bounds,
@@ -340,7 +341,7 @@ class Host(Commands, Durable):
             self._authorize = authorize.bind(self._sessions.owned_by)
             self._owner_key: OwnerKey = owner_key or authorize.owner_key
         else:
-            self._authorize = authorize
+            self._authorize = None if authorize is None else fail_closed(authorize)
             self._owner_key = owner_key or default_owner_key
         # under a policy, listSessions cursors must not count the sessions of others
         self._cursor_seal = (None if self._authorize is None

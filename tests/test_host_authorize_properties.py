@@ -45,6 +45,8 @@ class Client:
         self.last_seq = 0
         self.seen = 0
         """How much of the peer's inbox was taken in."""
+        self.away: list[str] | None = None
+        """The subscriptions it left with, while its connection is lost."""
         self.absorb(self.peer.initialize())
 
     def foreign(self) -> tuple[str, ...]:
@@ -53,6 +55,8 @@ class Client:
 
     def absorb(self, *_: object) -> None:
         """Check and reduce what the peer received since the last call."""
+        if self.away is not None:
+            return
         self.peer.pull()
         for message in self.peer.inbox[self.seen:]:
             self.check(message)
@@ -94,9 +98,15 @@ class Client:
         ):
             self.count = action["activeSessions"]
 
+    def drop(self) -> None:
+        """The connection is lost: the client is away until :meth:`reconnect`."""
+        if self.away is None:
+            self.away = list(self.peer.conn.subscriptions)
+            self.peer.conn.connection_lost()
+
     def reconnect(self, replay: bool) -> None:
-        subscriptions = list(self.peer.conn.subscriptions)
-        self.peer.conn.connection_lost()
+        self.drop()
+        subscriptions, self.away = self.away or [], None
         self.peer = Peer(self.host, self.embedder, self.principal, self.name)
         self.seen = 0
         answer = self.peer.request("reconnect", {
@@ -122,6 +132,7 @@ operations = st.one_of(
     st.tuples(st.just("list"), st.sampled_from(CLIENTS)),
     st.tuples(st.just("turn"), names),
     st.tuples(st.just("terminal"), names),
+    st.tuples(st.just("drop"), st.sampled_from(CLIENTS)),
     st.tuples(st.just("reconnect"), st.sampled_from(CLIENTS), st.booleans()),
 )
 
@@ -141,7 +152,13 @@ def run(host: Host, clients: dict[str, Client], op: tuple[Any, ...]) -> None:
         return
     client = clients[op[1]]
     peer = client.peer
-    if kind == "create":
+    if kind == "drop":
+        client.drop()
+    elif kind == "reconnect":
+        client.reconnect(op[2])
+    elif client.away is not None:
+        pass  # away: it does nothing until it is back
+    elif kind == "create":
         peer.create_session(f"{client.principal}-{op[2]}")
     elif kind == "dispose":
         peer.request("disposeSession", {"channel": session_uri(op[2])})
@@ -164,8 +181,6 @@ def run(host: Host, clients: dict[str, Client], op: tuple[Any, ...]) -> None:
                                                    "turnId": turns[-1].id}})
     elif kind == "list":
         peer.listed()
-    elif kind == "reconnect":
-        client.reconnect(op[2])
 
 
 @given(st.lists(operations, max_size=30))
@@ -175,9 +190,17 @@ def test_no_connection_hears_of_a_session_it_may_not_see(ops: list[tuple[Any, ..
     clients = {name: Client(host, embedder, name) for name in CLIENTS}
     for op in ops:
         run(host, clients, op)
+        listed = host.listed_sessions()
         for client in clients.values():
             client.absorb()
+            if client.away is not None:
+                continue
+            # at every step, the root it reduced holds what a snapshot would give it
+            assert client.count == sum(
+                1 for uri in listed if client.principal == ADMIN
+                or uri.startswith(session_uri(client.principal + "-"))), (client.name, op)
     for client in clients.values():
+        client.reconnect(True)
         # the root each one reduced is the root a snapshot would give it now
         fresh = Peer(host, embedder, client.principal, f"{client.name}-check")
         snapshot = fresh.initialize()["result"]["snapshots"][0]

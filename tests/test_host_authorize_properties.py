@@ -205,9 +205,7 @@ def test_no_connection_hears_of_a_session_it_may_not_see(ops: list[tuple[Any, ..
         fresh = Peer(host, embedder, client.principal, f"{client.name}-check")
         snapshot = fresh.initialize()["result"]["snapshots"][0]
         assert client.count == snapshot["state"]["activeSessions"], client.name
-        listed = fresh.listed()
-        expected = [uri for uri in host.listed_sessions()
-                    if client.principal == ADMIN
-                    or uri.startswith(session_uri(client.principal + "-"))]
-        assert listed == expected
+        assert fresh.listed() == [uri for uri in host.listed_sessions()
+                                  if client.principal == ADMIN
+                                  or uri.startswith(session_uri(client.principal + "-"))]
         fresh.conn.connection_lost()

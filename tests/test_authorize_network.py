@@ -13,11 +13,12 @@ import contextlib
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 
+import attrs
 import pytest
 
 from agenthost_protocol import methods
 from agenthost_protocol import types as t
-from agenthost_protocol.agent import build_agent_server
+from agenthost_protocol.agent import Agent, Turn, build_agent_server
 from agenthost_protocol.agent.demo import DemoAgent
 from agenthost_protocol.agent.hosting import ServeOptions
 from agenthost_protocol.aio import HostServer
@@ -34,12 +35,14 @@ POLICY = OwnershipPolicy(is_admin=lambda principal: principal == "root")
 
 
 @contextlib.asynccontextmanager
-async def users_host(store_path: Path) -> AsyncIterator[tuple[str, HostServer]]:
-    """The demo agent on a loopback port; ``Authorization: Bearer <token>`` names the
-    user (``authenticate``), and an unknown token is refused before the upgrade."""
-    store = SQLiteStore(store_path)
-    server, service = build_agent_server(DemoAgent(step_delay=0.0), ServeOptions(), clock,
-                                         store=store, authorize=POLICY)
+async def users_host(store_path: Path | None,
+                     agent: Agent | None = None) -> AsyncIterator[tuple[str, HostServer]]:
+    """The demo agent (or ``agent``) on a loopback port; ``Authorization: Bearer <token>``
+    names the user (``authenticate``), and an unknown token is refused before the
+    upgrade."""
+    store = None if store_path is None else SQLiteStore(store_path)
+    server, service = build_agent_server(agent or DemoAgent(step_delay=0.0), ServeOptions(),
+                                         clock, store=store, authorize=POLICY)
     await service.start()
 
     def authenticate(scope: Mapping[str, object]) -> str | None:
@@ -57,7 +60,8 @@ async def users_host(store_path: Path) -> AsyncIterator[tuple[str, HostServer]]:
     finally:
         await endpoint.close()
         await service.close()
-        store.close()
+        if store is not None:
+            store.close()
 
 
 async def refused(call: object) -> int:
@@ -124,5 +128,43 @@ def test_two_users_over_loopback_and_after_a_restart(tmp_path: Path) -> None:
             root = await asyncio.wait_for(bob.subscribe("ahp-root://"), TIMEOUT)
             assert root is not None and isinstance(root.state, t.RootState)
             assert root.state.active_sessions == 1
+
+    run(body(), timeout=60)
+
+
+class Solo(Agent):
+    """An agent with one chat a session: it refuses every createChat and disposeChat."""
+
+    provider = "solo"
+
+    def info(self) -> t.AgentInfo:
+        return attrs.evolve(super().info(), capabilities=None)
+
+    async def turn(self, turn: Turn) -> None:
+        await turn.stream("ok")
+
+
+def test_a_one_chat_agent_answers_a_foreign_chat_as_a_missing_one() -> None:
+    async def body() -> None:
+        async with users_host(None, Solo()) as (url, server), \
+                connect(url, token="alice-token", reconnect=False) as alice, \
+                connect(url, token="bob-token", reconnect=False) as bob:
+            await alice.initialize()
+            await bob.initialize()
+            mine = await alice.create_session("ahp-session:/alice-solo", provider="solo")
+            await alice.subscribe(mine)
+            state = await alice.wait_for_state(mine, lambda s: isinstance(s, t.SessionState)
+                                               and s.default_chat is not None,
+                                               timeout=TIMEOUT)
+            assert isinstance(state, t.SessionState) and state.default_chat is not None
+            chat = state.default_chat
+            # the agent's own refusal (one chat a session) comes after the existence check
+            assert await refused(alice.dispose_chat(chat)) == -32602
+            foreign = await refused(bob.dispose_chat(chat))
+            missing = await refused(bob.dispose_chat("ahp-chat:/nobody"))
+            assert foreign == missing == int(AhpErrorCode.NOT_FOUND)
+            assert await refused(bob.create_chat(mine)) == await refused(
+                bob.create_chat("ahp-session:/nobody")) == int(AhpErrorCode.SESSION_NOT_FOUND)
+            assert server.host.has_channel(chat)
 
     run(body(), timeout=60)

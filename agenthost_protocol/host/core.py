@@ -38,6 +38,9 @@ Policies the spec leaves open (see ``docs/host.md``):
   client sets and removes only its own ``activeClients`` entry.
 * Per-connection budgets (:class:`HostLimits`): distinct subscriptions, and
   ``reconnect`` requests per minute.
+* Users kept apart (``authorize``, :mod:`.authorize`): a session a
+  connection's principal may not see looks like one that does not exist,
+  and the root is narrowed per connection (``docs/host.md``).
 """
 
 from __future__ import annotations
@@ -241,7 +244,12 @@ class Host(Commands, Durable):
     """The authoritative state of every channel and one :class:`HostConnection` per transport.
 
     ``clock`` returns epoch milliseconds; it stamps chat ``modifiedAt`` in the
-    reducers and the timestamps the session helpers write.
+    reducers and the timestamps the session helpers write.  ``authorize``
+    keeps users apart (an :class:`~.authorize.OwnershipPolicy`, or any
+    ``authorize(principal, session, operation)``; ``None``: everyone may do
+    everything); ``owner_key`` maps a principal to the owner key recorded with
+    the sessions it creates (default: the policy's, else ``str`` principals as
+    themselves).
     """
 
     def __init__(

@@ -643,7 +643,8 @@ class AgentDriver:
             self._creating[uri] = asyncio.get_running_loop().create_task(
                 self._set_up_first(event, setup, params), name=f"create_session of {uri}")
             return True
-        self.host.create_session(uri, provider=provider, working_directories=directories)
+        self.host.create_session(uri, provider=provider, working_directories=directories,
+                                 principal=event.connection.principal)
         event.responder.respond(None)
         if self._deferred:
             self._creating[uri] = asyncio.get_running_loop().create_task(
@@ -692,7 +693,8 @@ class AgentDriver:
             if self._creating.get(uri) is asyncio.current_task():
                 del self._creating[uri]
         self.host.create_session(uri, provider=self._provider,
-                                 working_directories=setup.working_directories, config=config)
+                                 working_directories=setup.working_directories, config=config,
+                                 principal=event.connection.principal)
         event.responder.respond(None)
         if error is not None:
             self.host.fail_session(uri, error)
@@ -765,6 +767,15 @@ class AgentDriver:
         self._hooks.add(task)
         task.add_done_callback(self._hooks.discard)
 
+    def _missing(self, event: RequestReceived, channel: str, code: int, what: str) -> bool:
+        """Under an ``authorize`` policy, answer a request about a channel that does not
+        exist as the host answers one the policy refuses, before any other refusal:
+        the two must look alike (``docs/host.md``, "Users kept apart")."""
+        if self.host.authorize is None or self.host.has_channel(channel):
+            return False
+        event.responder.error(code, f"no {what} {channel!r}")
+        return True
+
     def _one_chat_only(self, event: RequestReceived) -> bool:
         if self._one_chat:
             event.responder.error(JsonRpcErrorCode.INVALID_PARAMS,
@@ -775,6 +786,8 @@ class AgentDriver:
         params = event.params
         if not isinstance(params, t.CreateChatParams):
             raise LocalProtocolError(f"{event.method} is not createChat")
+        if self._missing(event, params.channel, AhpErrorCode.SESSION_NOT_FOUND, "session"):
+            return
         if self._one_chat_only(event):
             return
         refusal = self._not_ours(params.channel)
@@ -793,6 +806,8 @@ class AgentDriver:
         params = event.params
         if not isinstance(params, t.DisposeChatParams):
             raise LocalProtocolError(f"{event.method} is not disposeChat")
+        if self._missing(event, params.channel, AhpErrorCode.NOT_FOUND, "chat"):
+            return
         if self._one_chat_only(event):
             return
         self._stop(params.channel)

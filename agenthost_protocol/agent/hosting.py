@@ -37,7 +37,7 @@ from .._version import __version__
 from ..aio.access import AccessPolicy, is_loopback, url_with_token
 from ..aio.redact import RedactSecrets
 from ..aio.server import HostServer, ServerLimits
-from ..host import Host, HostStore, StoreError
+from ..host import Authorize, Host, HostStore, OwnershipPolicy, StoreError
 from .demo import DEMO_PROVIDER, DemoAgent
 from .run import AgentService, build_agent_server
 from .settings import SettingsError, replace_token, saved_token
@@ -166,6 +166,10 @@ class ServeOptions:
     unsupported and ``Turn.run`` fails."""
     shell: tuple[str, ...] = field(default=(), converter=_strings)
     """The command a terminal runs (``serve --shell``; ``()``: the user's shell)."""
+    authorize: Authorize | OwnershipPolicy | None = field(default=None, hash=False,
+                                                          repr=False)
+    """Users kept apart: the host's ``authorize`` policy (``None``: none, every
+    connection may do everything; ``docs/host.md``, "Users kept apart")."""
 
     def store_path(self) -> str | None:
         """The store file ``serve`` uses, or ``None`` with ``no_store``: ``store``, else
@@ -450,7 +454,7 @@ def _build_server(
         server, runner = build_acp_server(
             AcpAgentCommand(command=command, args=tuple(args), env=env), clock=clock,
             replay_window=options.replay_window, limits=options.limits, store=store,
-            close_timeout=options.close_timeout,
+            close_timeout=options.close_timeout, authorize=options.authorize,
         )
         return server, _AcpAgent(runner, options.agent_command)
     # the pi runner has no optional dependency, but only serve --agent pi needs it
@@ -464,6 +468,7 @@ def _build_server(
         root=pi_root_state(provider=kind.value, dialect=dialect),
         replay_max_envelopes=options.replay_window,
         store=store,
+        authorize=options.authorize,
     )
     server = HostServer(host, limits=options.limits)
     pi = PiAgentRunner(server, PiAgentCommand(command=command, args=tuple(args), env=env),

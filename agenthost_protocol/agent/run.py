@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from .. import types as t
 from .._version import __version__
-from ..host import Host, HostStore
+from ..host import Authorize, Host, HostStore, OwnershipPolicy
 from .base import Agent
 from .driver import AgentDriver
 
@@ -57,8 +57,15 @@ class AgentService:
 def build_agent_server(
     agent: object, options: ServeOptions, clock: Callable[[], int],
     store: HostStore | None = None,
+    *,
+    authorize: Authorize | OwnershipPolicy | None = None,
 ) -> tuple[HostServer, AgentService]:
-    """A :class:`~agenthost_protocol.aio.HostServer` whose host runs ``agent``."""
+    """A :class:`~agenthost_protocol.aio.HostServer` whose host runs ``agent``.
+
+    ``store`` keeps its sessions across restarts (a
+    :class:`~agenthost_protocol.sqlite_store.SQLiteStore`); ``authorize``
+    keeps users apart (``options.authorize`` when not given; ``docs/host.md``,
+    "Users kept apart")."""
     from ..aio.server import HostServer  # noqa: PLC0415  (asyncio only when serving)
 
     if not isinstance(agent, Agent):
@@ -69,6 +76,7 @@ def build_agent_server(
         root=t.RootState(agents=(agent.info(),), active_sessions=0),
         replay_max_envelopes=options.replay_window,
         store=store,
+        authorize=authorize if authorize is not None else options.authorize,
     )
     server = HostServer(host, limits=options.limits)
     driver = AgentDriver(agent, host, server.flush, close_timeout=options.close_timeout)

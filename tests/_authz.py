@@ -92,6 +92,10 @@ class Embedder:
             host.fetch_turns(event, ())
         elif isinstance(params, t.ListSessionsParams):
             host.answer_list_sessions(event)
+        elif isinstance(params, t.CreateTerminalParams):
+            host.answer_create_terminal(event)
+        elif isinstance(params, t.DisposeTerminalParams):
+            host.answer_dispose_terminal(event)
         else:
             event.responder.error(JsonRpcErrorCode.METHOD_NOT_FOUND, event.method)
 

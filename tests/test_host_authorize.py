@@ -250,6 +250,35 @@ def test_terminals_of_a_session_are_that_sessions() -> None:
     assert host.may("bob", "ahp-terminal:/shared", Operation.SUBSCRIBE)
 
 
+def test_a_terminal_a_client_claims_is_its_creators() -> None:
+    """A shell is no one else's business: another principal neither lists, subscribes
+    to, types into nor disposes a terminal a client of alice's created and claims."""
+    host, alice, bob, admin = with_two_sessions()
+    mine = "ahp-terminal:/alice-shell"
+    claim = {"kind": "client", "clientId": "client-alice"}
+    assert "result" in alice.request("createTerminal", {"channel": mine, "claim": claim})
+    for peer in (alice, bob, admin):
+        peer.pull()
+    assert leaked(bob, "alice-shell") == []
+
+    def listed(peer: Peer) -> list[str]:
+        root = peer.request("subscribe", {"channel": ROOT_CHANNEL})["result"]["snapshot"]
+        return [info["resource"] for info in root["state"]["terminals"] or ()]
+
+    assert listed(alice) == [mine] and listed(admin) == [mine] and listed(bob) == []
+    assert error_code(bob.request("subscribe", {"channel": mine})) == NOT_FOUND
+    bob.dispatch(mine, {"type": "terminal/input", "data": "rm -rf ~\n"})
+    assert error_code(bob.request("disposeTerminal", {"channel": mine})) == NOT_FOUND
+    assert host.has_channel(mine)
+    assert not host.may("bob", mine, Operation.DISPATCH)
+    # another connection of alice's is alice: it may watch her shell
+    again = Peer(host, alice.embedder, "alice", "client-alice-2")
+    assert "result" in again.initialize()
+    assert "result" in again.request("subscribe", {"channel": mine})
+    assert "result" in alice.request("disposeTerminal", {"channel": mine})
+    assert not host.has_channel(mine)
+
+
 def test_sessions_of_nobody_are_the_admins_and_nobody_creates() -> None:
     host = make_host()
     alice, _bob, admin = peers(host)

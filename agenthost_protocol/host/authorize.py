@@ -145,6 +145,13 @@ class BoundOwnership:
             return False
         return operation is Operation.CREATE or self._owner_of(session) == key
 
+    def same(self, owner: object, principal: object) -> bool:
+        """Whether ``principal`` may act as ``owner``: an admin, or the same owner key."""
+        key = self._key(principal)
+        if key is _ADMIN:
+            return True
+        return isinstance(key, str) and key == self._key(owner)
+
     def _key(self, principal: object) -> str | object | None:
         """The principal's owner key, :data:`_ADMIN`, or ``None``; the embedder's
         functions failing (raising, or a key that is no ``str``) count as ``None``:

@@ -57,6 +57,7 @@ class Commands:
     content: ContentStore
     _limits: HostLimits
     _authorize: Authorize | None
+    _terminal_creators: dict[str, object]
     _owner_key: OwnerKey
     _cursor_seal: sessions.CursorSeal | None
 
@@ -477,6 +478,7 @@ class Commands:
         """Remove terminal ``uri`` and its catalogue entry (``root/terminalsChanged``)."""
         if not isinstance(self._states.get(uri), t.TerminalState):
             raise LocalProtocolError(f"no terminal {uri!r}")
+        self._terminal_creators.pop(uri, None)
         self.remove_channel(uri)
         root = self._root()
         listed = tuple(info for info in root.terminals or () if info.resource != uri)
@@ -517,6 +519,9 @@ class Commands:
         else:
             event.responder.error(JsonRpcErrorCode.INVALID_PARAMS, "unknown claim kind")
             return None
+        if self._authorize is not None and isinstance(claim, t.TerminalClientClaim):
+            # before it is listed: the root's terminalsChanged is narrowed by it
+            self._terminal_creators[uri] = event.connection.principal
         state = self.create_terminal(
             uri, claim=claim, title=params.name or "", cwd=params.cwd,
             cols=params.cols, rows=params.rows,

@@ -345,6 +345,8 @@ class Host(Commands, Durable):
         self._terminal_command_prefix = terminal_command_prefix
         self._telemetry = telemetry
         self._sessions = sessions.SessionBook(list_page_size)
+        self._terminal_creators: dict[str, object] = {}
+        """Under a policy: terminals a client claims -> the principal that created them."""
         self._authorize: Authorize | None
         if isinstance(authorize, OwnershipPolicy):
             self._authorize = authorize.bind(self._sessions.owned_by)
@@ -550,7 +552,24 @@ class Host(Commands, Durable):
         if authorize is None:
             return True
         session = self._owning_session(channel)
-        return session is None or authorize(principal, session, operation)
+        if session is not None:
+            return authorize(principal, session, operation)
+        if channel in self._terminal_creators:
+            # a shell is no one else's business: a terminal a client claims is its
+            # creator's (and an admin's, under the ownership policy)
+            return self._same_principal(self._terminal_creators[channel], principal)
+        return True
+
+    def _same_principal(self, owner: object, principal: object) -> bool:
+        """Whether ``principal`` may act as ``owner`` (the ownership policy: the same
+        owner key, or an admin; another policy: equal principals)."""
+        authorize = self._authorize
+        if isinstance(authorize, BoundOwnership):
+            return authorize.same(owner, principal)
+        try:
+            return owner is principal or bool(owner == principal)
+        except Exception:  # the embedder's __eq__: a policy that fails refuses
+            return False
 
     def _owning_session(self, uri: str) -> str | None:
         """The session ``uri`` belongs to: itself, the session of a chat, of its
@@ -655,10 +674,13 @@ class Host(Commands, Durable):
     ) -> tuple[t.TerminalInfo, ...]:
         authorize = self._authorize
         assert authorize is not None
+        creators = self._terminal_creators
         return tuple(
             info for info in terminals
-            if not isinstance(info.claim, t.TerminalSessionClaim)
-            or authorize(principal, info.claim.session, Operation.SEE)
+            if (authorize(principal, info.claim.session, Operation.SEE)
+                if isinstance(info.claim, t.TerminalSessionClaim)
+                else info.resource not in creators
+                or self._same_principal(creators[info.resource], principal))
         )
 
     def _narrowed(

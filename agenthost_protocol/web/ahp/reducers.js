@@ -78,6 +78,12 @@ export function jsonEqual(a, b) {
   return !given(a) && !given(b);
 }
 
+// `state` itself when `next` equals it: for the actions that rebuild the
+// state wholesale, so a repeat that changes nothing comes back identical.
+function settled(state, next) {
+  return next !== state && jsonEqual(next, state) ? state : next;
+}
+
 // Model equality of two optional values: absent equals absent.
 function same(a, b) {
   return jsonEqual(given(a) ? a : null, given(b) ? b : null);
@@ -1132,9 +1138,10 @@ function turnStarted(state, action, now) {
       queued = kept.length ? kept : null;
     }
   }
-  return evolve(state, {
+  const next = evolve(state, {
     activeTurn: turn, status, modifiedAt: stamp(now), steeringMessage: steering, queuedMessages: queued,
   });
+  return given(state.activeTurn) ? settled(state, next) : next;
 }
 
 function truncated(state, action, now) {
@@ -1148,13 +1155,13 @@ function truncated(state, action, now) {
     if (index < 0) return state;
     turns = state.turns.slice(0, index + 1);
   }
-  return evolve(state, {
+  return settled(state, evolve(state, {
     turns,
     turnsNextCursor: cursor,
     activeTurn: null,
     modifiedAt: stamp(now),
     status: chatStatus(state.status, null),
-  });
+  }));
 }
 
 function turnsLoaded(state, action) {
@@ -1238,7 +1245,7 @@ function inputRequested(state, action, now) {
   }
   const newTurn = { ...turn, responseParts: newParts };
   const status = withoutBits(chatStatus(state.status, newTurn), IS_READ);
-  return { ...state, activeTurn: newTurn, status, modifiedAt: stamp(now) };
+  return settled(state, { ...state, activeTurn: newTurn, status, modifiedAt: stamp(now) });
 }
 
 function inputAnswerChanged(state, action, now) {
@@ -1253,7 +1260,7 @@ function inputAnswerChanged(state, action, now) {
   else answers[action.questionId] = action.answer;
   const request = evolve(part.request, { answers: Object.keys(answers).length ? answers : null });
   const newTurn = { ...turn, responseParts: replaceAt(parts, index, { ...part, request }) };
-  return { ...state, activeTurn: newTurn, modifiedAt: stamp(now) };
+  return settled(state, { ...state, activeTurn: newTurn, modifiedAt: stamp(now) });
 }
 
 function inputCompleted(state, action, now) {

@@ -1,0 +1,305 @@
+"""The web client's reducers (``web/ahp/reducers.js``), run in Chromium, against the Python ones.
+
+* the official reducer corpus, as ``tests/test_reducer_fixtures.py`` runs it in Python;
+* differential: generated states and action sequences (the library's
+  hypothesis strategies, with ids drawn from a small pool so that actions
+  meet the turns, parts, tool calls and requests they name), encoded with the
+  wire codec, reduced by Python and by ``reduce`` in the page: every
+  intermediate state equal as JSON, and returned as the state itself exactly
+  when Python returns the state itself.  The page freezes every state and
+  action it reduces, so a reducer that modified its input would throw.
+  Many sequences go to the page in one call;
+* ``channelKind`` and the ``modifiedAt`` clock against their Python twins.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agenthost_protocol import types as t
+from agenthost_protocol import wire
+from agenthost_protocol.channels import ChannelKind, channel_kind
+from agenthost_protocol.conformance import bundled_corpus, strip_nulls
+from agenthost_protocol.reducers import REDUCERS, STATE_TYPES
+from agenthost_protocol.reducers._clock import iso_timestamp
+from agenthost_protocol.testing import strategies as ahst
+
+from ._browser import browser  # noqa: F401  (a fixture)
+from ._web_modules import canonical, module_page  # noqa: F401  (a fixture)
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Page
+
+CORPUS = sorted((bundled_corpus() / "reducers").glob("*.json"))
+KINDS = sorted(STATE_TYPES, key=lambda kind: kind.value)
+BATCH = 6
+"""Sequences per call into the page."""
+
+_RUN_CORPUS = """async (text) => {
+  const { reduce } = await import("/ahp/reducers.js");
+  const out = {};
+  for (const [name, fixture] of Object.entries(JSON.parse(text))) {
+    let state = fixture.initial;
+    try {
+      for (const action of fixture.actions) state = reduce(fixture.reducer, state, action, 9999);
+      out[name] = { state };
+    } catch (error) {
+      out[name] = { error: String(error && error.stack || error) };
+    }
+  }
+  return JSON.stringify(out);
+}"""
+
+_RUN_SEQUENCES = """async (text) => {
+  const { reduce } = await import("/ahp/reducers.js");
+  // frozen deeply: in a module (strict code) a write to a frozen object throws
+  const freeze = (value) => {
+    if (value !== null && typeof value === "object" && !Object.isFrozen(value)) {
+      Object.freeze(value);
+      for (const key of Object.keys(value)) freeze(value[key]);
+    }
+    return value;
+  };
+  return JSON.stringify(JSON.parse(text).map((sequence) => {
+    let state = freeze(sequence.initial);
+    return sequence.actions.map((action, index) => {
+      let next;
+      try {
+        next = reduce(sequence.kind, state, freeze(action), sequence.clock[index]);
+      } catch (error) {
+        return { error: String(error && error.stack || error) };
+      }
+      const same = next === state;
+      state = freeze(next);
+      return { state: next, same };
+    });
+  }));
+}"""
+
+
+# -- the corpus --------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def corpus_results(module_page: Page) -> dict[str, Any]:
+    """Every corpus case reduced in the page, in one call."""
+    fixtures = {path.stem: json.loads(path.read_text(encoding="utf-8")) for path in CORPUS}
+    results: dict[str, Any] = json.loads(module_page.evaluate(_RUN_CORPUS, json.dumps(fixtures)))
+    return results
+
+
+def test_corpus_is_there() -> None:
+    assert len(CORPUS) == 247
+
+
+@pytest.mark.parametrize("path", CORPUS, ids=[path.stem for path in CORPUS])
+def test_corpus_case(path: Path, corpus_results: dict[str, Any]) -> None:
+    fixture = json.loads(path.read_text(encoding="utf-8"))
+    result = corpus_results[path.stem]
+    assert "error" not in result, result.get("error")
+    assert canonical(strip_nulls(result["state"])) == canonical(strip_nulls(fixture["expected"]))
+
+
+# -- differential ------------------------------------------------------------------
+
+_IDS = ("a", "a", "a", "b")
+_ID_FIELDS = frozenset({
+    "id", "turn_id", "tool_call_id", "part_id", "request_id", "question_id", "command_id",
+    "annotation_id", "entry_id", "file_id", "operation_id", "client_id", "queued_message_id",
+    "selected_option_id", "customization_id", "default_chat",
+})
+_CHAT_URIS = ("ahp-chat:/a", "ahp-chat:/b")
+
+
+def _pooled(draw: st.DrawFn, value: Any, depth: int = 0) -> Any:
+    """``value`` with most of its ids (at any depth) drawn from a pool of two.
+
+    Generated ids never meet: with a pool, a delta finds the part a
+    ``chat/responsePart`` added, a tool call its start, a completion its
+    request, and a tool call id is sometimes a part id, as the reducers'
+    tie-breaking rules need.
+    """
+    if depth > 8:
+        return value
+    if isinstance(value, tuple):
+        items = tuple(_pooled(draw, item, depth + 1) for item in value)
+        return value if all(a is b for a, b in zip(items, value, strict=True)) else items
+    if not attrs.has(type(value)):
+        return value
+    changes: dict[str, Any] = {}
+    for field in attrs.fields(type(value)):
+        old = getattr(value, field.name)
+        if isinstance(old, str) and field.name in _ID_FIELDS:
+            new = draw(st.sampled_from((*_IDS, old)))
+        elif isinstance(old, str) and field.name == "directory":
+            new = draw(st.sampled_from(("/a", "/b", old)))
+        elif isinstance(old, str) and (
+            field.name == "chat" or (field.name == "resource" and type(value) is t.ChatSummary)
+        ):
+            new = draw(st.sampled_from((*_CHAT_URIS, old)))
+        elif isinstance(old, tuple) or attrs.has(type(old)):
+            new = _pooled(draw, old, depth + 1)
+        else:
+            continue
+        if new is not old:
+            changes[field.alias or field.name] = new
+    return attrs.evolve(value, **changes) if changes else value
+
+
+_CLOCK = st.one_of(
+    st.integers(1_600_000_000_000, 1_900_000_000_000),
+    st.integers(-9 * 10**15, 9 * 10**15),  # both ends of the Date range, and beyond
+)
+
+
+@st.composite
+def _sequence(draw: st.DrawFn, kind: ChannelKind) -> tuple[Any, list[Any], list[int]]:
+    initial = _pooled(draw, draw(ahst.states(STATE_TYPES[kind], max_depth=2)))
+    own = ahst.actions(kind, max_depth=2)
+    if kind is ChannelKind.CHAT and draw(st.booleans()):
+        # a story: one turn, started first, that most of what follows addresses
+        start = draw(ahst.from_type(t.ChatTurnStartedAction, max_depth=2))
+        actions = [attrs.evolve(start, turn_id="a")]
+        for cls in draw(st.lists(st.sampled_from(_STORY), min_size=3, max_size=16)):
+            if cls is t.ChatResponsePartAction and draw(_MOSTLY):
+                action = draw(_TEXT_PART)
+            else:
+                action = _pooled(draw, draw(ahst.from_type(cls, max_depth=2)))
+            changes = {}
+            for name in ("tool_call_id", "part_id", "request_id"):
+                if hasattr(action, name):
+                    changes[name] = draw(st.sampled_from(("a", "b")))
+            if hasattr(action, "turn_id") and draw(_MOSTLY):
+                changes["turn_id"] = "a"
+            actions.append(attrs.evolve(action, **changes))
+    else:
+        drawn = draw(st.lists(st.one_of(own, own, own, ahst.actions(max_depth=1)), max_size=10))
+        actions = [_pooled(draw, action) for action in drawn]
+    clock = draw(st.lists(_CLOCK, min_size=len(actions), max_size=len(actions)))
+    return initial, actions, clock
+
+
+_MOSTLY = st.sampled_from((True, True, True, True, False))
+# a part that deltas and reasoning can stream into (a generated part rarely is one)
+_TEXT_PART = st.builds(
+    lambda cls, part_id, text: t.ChatResponsePartAction(
+        turn_id="a", part=cls(id=part_id, content=text)
+    ),
+    st.sampled_from((t.MarkdownResponsePart, t.ReasoningResponsePart)),
+    st.sampled_from(("a", "b")),
+    st.text(max_size=5),
+)
+_STORY = (
+    # what happens within a turn, often ...
+    *(2 * (
+        t.ChatDeltaAction, t.ChatReasoningAction, t.ChatResponsePartAction,
+        t.ChatToolCallStartAction, t.ChatToolCallReadyAction, t.ChatToolCallApprovedAction,
+        t.ChatToolCallCompleteAction, t.ChatInputRequestedAction,
+    )),
+    t.ChatToolCallDeltaAction, t.ChatToolCallDeniedAction, t.ChatToolCallResultConfirmedAction,
+    t.ChatToolCallAuthRequiredAction, t.ChatToolCallAuthResolvedAction,
+    t.ChatToolCallContentChangedAction, t.ChatInputAnswerChangedAction,
+    t.ChatInputCompletedAction, t.ChatUsageAction, t.ChatPendingMessageSetAction,
+    # ... and what ends it, rarely
+    t.ChatTurnCompleteAction, t.ChatTurnCancelledAction, t.ChatErrorAction,
+    t.ChatTruncatedAction, t.ChatTurnStartedAction,
+)
+
+
+def _python_steps(
+    kind: ChannelKind, initial: Any, actions: list[Any], clock: list[int]
+) -> list[tuple[Any, bool]]:
+    reducer = REDUCERS[kind]
+    state = initial
+    steps = []
+    for action, ms in zip(actions, clock, strict=True):
+        new = reducer(state, action, now=_fixed(ms))
+        steps.append((wire.unstructure(new), new is state))
+        state = new
+    return steps
+
+
+def _fixed(ms: int) -> Callable[[], int]:
+    return lambda: ms
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=lambda kind: kind.value)
+@settings(max_examples=max(5, settings().max_examples // 4))
+@given(data=st.data())
+def test_reducers_agree_with_python(
+    module_page: Page, kind: ChannelKind, data: st.DataObject
+) -> None:
+    batch = data.draw(st.lists(_sequence(kind), min_size=1, max_size=BATCH), label="sequences")
+    sent = [
+        {
+            "kind": kind.value,
+            "initial": wire.unstructure(initial),
+            "actions": [wire.unstructure(action) for action in actions],
+            "clock": clock,
+        }
+        for initial, actions, clock in batch
+    ]
+    results = json.loads(module_page.evaluate(_RUN_SEQUENCES, json.dumps(sent)))
+    for (initial, actions, clock), steps in zip(batch, results, strict=True):
+        expected = _python_steps(kind, initial, actions, clock)
+        for index, ((state, same), got) in enumerate(zip(expected, steps, strict=True)):
+            action = wire.unstructure(actions[index])
+            assert "error" not in got, (action, got.get("error"))
+            assert canonical(got["state"]) == canonical(state), (index, action)
+            assert got["same"] == same, (index, action, "identity")
+
+
+# -- channel kinds and the clock ---------------------------------------------------
+
+_URIS = [
+    "ahp-root://", "ahp-root:", "ahp-session:/s1", "ahp-session:/s1/annotations",
+    "ahp-session:/annotations", "ahp-session://annotations", "ahp-session:/a/b/annotations",
+    "ahp-session:/annotations/annotations", "ahp-session:/x/annotations/", "ahp-chat:/c",
+    "ahp-terminal:/t", "ahp-changeset:/x", "ahp-resource-watch:/w", "ahp-otlp:/o", "mcp:/m",
+    "file:///tmp", "", "AHP-ROOT://",
+]
+
+
+@settings(max_examples=max(5, settings().max_examples // 5))
+@given(extra=st.lists(st.one_of(ahst.channel_uris(), st.text(max_size=30)), max_size=40))
+def test_channel_kind_agrees_with_python(module_page: Page, extra: list[str]) -> None:
+    uris = _URIS + extra
+    got = module_page.evaluate(
+        """async (uris) => {
+          const { channelKind } = await import("/ahp/reducers.js");
+          return uris.map(channelKind);
+        }""",
+        uris,
+    )
+    expected = [None if (kind := channel_kind(uri)) is None else kind.value for uri in uris]
+    assert got == expected
+
+
+@settings(max_examples=max(5, settings().max_examples // 5))
+@given(values=st.lists(
+    st.one_of(
+        st.integers(-9 * 10**15, 9 * 10**15),
+        st.floats(allow_nan=False, allow_infinity=False, min_value=-1e17, max_value=1e17),
+        st.sampled_from([0, -1, 253402300800000, -62198755200000, 8.64e15, -8.64e15, 0.5]),
+    ),
+    max_size=40,
+))
+def test_iso_timestamp_agrees_with_python(module_page: Page, values: list[float]) -> None:
+    got = module_page.evaluate(
+        """async (values) => {
+          const { isoTimestamp } = await import("/ahp/reducers.js");
+          return [...values.map(isoTimestamp), isoTimestamp(NaN), isoTimestamp(Infinity),
+                  isoTimestamp(-Infinity)];
+        }""",
+        values,
+    )
+    specials = [float("nan"), float("inf"), float("-inf")]
+    assert got == [iso_timestamp(value) for value in [*values, *specials]]

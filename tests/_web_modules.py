@@ -3,10 +3,14 @@
 The page's origin is ``http://ahp.test``, served by Playwright's request
 routing from the package's ``web/`` directory (so a module is loaded exactly
 as the browser loads it from the host); every other request is refused, so
-nothing reaches the network.  A test module uses the ``module_page`` fixture::
+nothing reaches the network.  A test module names the fixtures (assigned,
+not imported, so that the tests' parameters of the same names do not read as
+redefinitions)::
 
-    from ._browser import browser  # noqa: F401  (a fixture)
-    from ._web_modules import module_page  # noqa: F401  (a fixture)
+    from . import _browser, _web_modules
+
+    browser = _browser.browser
+    module_page = _web_modules.module_page
 
 and ``module_page.evaluate(...)`` with ``await import("/ahp/reducers.js")``.
 The values crossing into the page go as JSON text (``JSON.parse`` there),

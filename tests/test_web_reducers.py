@@ -32,8 +32,12 @@ from agenthost_protocol.reducers import REDUCERS, STATE_TYPES
 from agenthost_protocol.reducers._clock import iso_timestamp
 from agenthost_protocol.testing import strategies as ahst
 
-from ._browser import browser  # noqa: F401  (a fixture)
-from ._web_modules import canonical, module_page  # noqa: F401  (a fixture)
+from . import _browser, _web_modules
+from ._web_modules import canonical
+
+# the fixtures, by name (a test's parameter names its fixture)
+browser = _browser.browser
+module_page = _web_modules.module_page
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page

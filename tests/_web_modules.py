@@ -26,7 +26,11 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import attrs
 import pytest
+from hypothesis import strategies as st
+
+from agenthost_protocol import types as t
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page, Route
@@ -93,3 +97,47 @@ def _numbers(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_numbers(item) for item in value]
     raise TypeError(f"not a JSON value: {type(value).__name__}")
+
+
+_IDS = ("a", "a", "a", "b")
+_ID_FIELDS = frozenset({
+    "id", "turn_id", "tool_call_id", "part_id", "request_id", "question_id", "command_id",
+    "annotation_id", "entry_id", "file_id", "operation_id", "client_id", "queued_message_id",
+    "selected_option_id", "customization_id", "default_chat",
+})
+_CHAT_URIS = ("ahp-chat:/a", "ahp-chat:/b")
+
+
+def pooled(draw: st.DrawFn, value: Any, depth: int = 0) -> Any:
+    """``value`` with most of its ids (at any depth) drawn from a pool of two.
+
+    Generated ids never meet: with a pool, a delta finds the part a
+    ``chat/responsePart`` added, a tool call its start, a completion its
+    request, and a tool call id is sometimes a part id, as the reducers'
+    tie-breaking rules need.
+    """
+    if depth > 8:
+        return value
+    if isinstance(value, tuple):
+        items = tuple(pooled(draw, item, depth + 1) for item in value)
+        return value if all(a is b for a, b in zip(items, value, strict=True)) else items
+    if not attrs.has(type(value)):
+        return value
+    changes: dict[str, Any] = {}
+    for field in attrs.fields(type(value)):
+        old = getattr(value, field.name)
+        if isinstance(old, str) and field.name in _ID_FIELDS:
+            new = draw(st.sampled_from((*_IDS, old)))
+        elif isinstance(old, str) and field.name == "directory":
+            new = draw(st.sampled_from(("/a", "/b", old)))
+        elif isinstance(old, str) and (
+            field.name == "chat" or (field.name == "resource" and type(value) is t.ChatSummary)
+        ):
+            new = draw(st.sampled_from((*_CHAT_URIS, old)))
+        elif isinstance(old, tuple) or attrs.has(type(old)):
+            new = pooled(draw, old, depth + 1)
+        else:
+            continue
+        if new is not old:
+            changes[field.alias or field.name] = new
+    return attrs.evolve(value, **changes) if changes else value

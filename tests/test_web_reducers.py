@@ -33,7 +33,7 @@ from agenthost_protocol.reducers._clock import iso_timestamp
 from agenthost_protocol.testing import strategies as ahst
 
 from . import _browser, _web_modules
-from ._web_modules import canonical
+from ._web_modules import canonical, pooled
 
 # the fixtures, by name (a test's parameter names its fixture)
 browser = _browser.browser
@@ -114,50 +114,6 @@ def test_corpus_case(path: Path, corpus_results: dict[str, Any]) -> None:
 
 # -- differential ------------------------------------------------------------------
 
-_IDS = ("a", "a", "a", "b")
-_ID_FIELDS = frozenset({
-    "id", "turn_id", "tool_call_id", "part_id", "request_id", "question_id", "command_id",
-    "annotation_id", "entry_id", "file_id", "operation_id", "client_id", "queued_message_id",
-    "selected_option_id", "customization_id", "default_chat",
-})
-_CHAT_URIS = ("ahp-chat:/a", "ahp-chat:/b")
-
-
-def _pooled(draw: st.DrawFn, value: Any, depth: int = 0) -> Any:
-    """``value`` with most of its ids (at any depth) drawn from a pool of two.
-
-    Generated ids never meet: with a pool, a delta finds the part a
-    ``chat/responsePart`` added, a tool call its start, a completion its
-    request, and a tool call id is sometimes a part id, as the reducers'
-    tie-breaking rules need.
-    """
-    if depth > 8:
-        return value
-    if isinstance(value, tuple):
-        items = tuple(_pooled(draw, item, depth + 1) for item in value)
-        return value if all(a is b for a, b in zip(items, value, strict=True)) else items
-    if not attrs.has(type(value)):
-        return value
-    changes: dict[str, Any] = {}
-    for field in attrs.fields(type(value)):
-        old = getattr(value, field.name)
-        if isinstance(old, str) and field.name in _ID_FIELDS:
-            new = draw(st.sampled_from((*_IDS, old)))
-        elif isinstance(old, str) and field.name == "directory":
-            new = draw(st.sampled_from(("/a", "/b", old)))
-        elif isinstance(old, str) and (
-            field.name == "chat" or (field.name == "resource" and type(value) is t.ChatSummary)
-        ):
-            new = draw(st.sampled_from((*_CHAT_URIS, old)))
-        elif isinstance(old, tuple) or attrs.has(type(old)):
-            new = _pooled(draw, old, depth + 1)
-        else:
-            continue
-        if new is not old:
-            changes[field.alias or field.name] = new
-    return attrs.evolve(value, **changes) if changes else value
-
-
 _CLOCK = st.one_of(
     st.integers(1_600_000_000_000, 1_900_000_000_000),
     st.integers(-9 * 10**15, 9 * 10**15),  # both ends of the Date range, and beyond
@@ -166,7 +122,7 @@ _CLOCK = st.one_of(
 
 @st.composite
 def _sequence(draw: st.DrawFn, kind: ChannelKind) -> tuple[Any, list[Any], list[int]]:
-    initial = _pooled(draw, draw(ahst.states(STATE_TYPES[kind], max_depth=2)))
+    initial = pooled(draw, draw(ahst.states(STATE_TYPES[kind], max_depth=2)))
     own = ahst.actions(kind, max_depth=2)
     if kind is ChannelKind.CHAT and draw(st.booleans()):
         # a story: one turn, started first, that most of what follows addresses
@@ -176,7 +132,7 @@ def _sequence(draw: st.DrawFn, kind: ChannelKind) -> tuple[Any, list[Any], list[
             if cls is t.ChatResponsePartAction and draw(_MOSTLY):
                 action = draw(_TEXT_PART)
             else:
-                action = _pooled(draw, draw(ahst.from_type(cls, max_depth=2)))
+                action = pooled(draw, draw(ahst.from_type(cls, max_depth=2)))
             changes = {}
             for name in ("tool_call_id", "part_id", "request_id"):
                 if hasattr(action, name):
@@ -186,7 +142,7 @@ def _sequence(draw: st.DrawFn, kind: ChannelKind) -> tuple[Any, list[Any], list[
             actions.append(attrs.evolve(action, **changes))
     else:
         drawn = draw(st.lists(st.one_of(own, own, own, ahst.actions(max_depth=1)), max_size=10))
-        actions = [_pooled(draw, action) for action in drawn]
+        actions = [pooled(draw, action) for action in drawn]
     clock = draw(st.lists(_CLOCK, min_size=len(actions), max_size=len(actions)))
     return initial, actions, clock
 

@@ -93,9 +93,12 @@ function same(a, b) {
 
 const MAX_TIME_MS = 8.64e15;
 
-// The JavaScript Date range, clamped (as agenthost_protocol/reducers/_clock.py
-// does): a reducer never throws, whatever the clock says.
-function clampMs(ms) {
+/**
+ * `ms` as an integer inside the JavaScript Date range, as
+ * agenthost_protocol/reducers/_clock.py clamps it (NaN is 0, a fraction is
+ * truncated): a reducer never throws, whatever the clock says.
+ */
+export function clampMs(ms) {
   if (typeof ms !== "number" || Number.isNaN(ms)) return 0;
   if (ms === Infinity) return MAX_TIME_MS;
   if (ms === -Infinity) return -MAX_TIME_MS;

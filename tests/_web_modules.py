@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -108,7 +108,7 @@ _ID_FIELDS = frozenset({
 _CHAT_URIS = ("ahp-chat:/a", "ahp-chat:/b")
 
 
-def pooled(draw: st.DrawFn, value: Any, depth: int = 0) -> Any:
+def pooled(draw: Callable[..., Any], value: Any, depth: int = 0) -> Any:
     """``value`` with most of its ids (at any depth) drawn from a pool of two.
 
     Generated ids never meet: with a pool, a delta finds the part a

@@ -201,11 +201,12 @@ def _envelope(channel: str, action: Any, seq: int, origin: tuple[str, int] | Non
 
 def _classes(dispatchable: bool, kind: ChannelKind | None = None) -> list[type]:
     """The action classes a client may (or may not) dispatch, of ``kind`` or of any."""
-    classes = []
+    classes: list[type] = []
     for action_type, cls in ACTION_CLASSES.items():
-        if kind is not None and not str(action_type.value).startswith(kind.value + "/"):
+        name = str(getattr(action_type, "value", action_type))
+        if kind is not None and not name.startswith(kind.value + "/"):
             continue
-        if IS_CLIENT_DISPATCHABLE.get(action_type.value, False) is dispatchable:
+        if IS_CLIENT_DISPATCHABLE.get(name, False) is dispatchable:
             classes.extend(get_args(cls) or (cls,))
     return classes
 

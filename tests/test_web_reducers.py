@@ -127,13 +127,13 @@ def _sequence(draw: st.DrawFn, kind: ChannelKind) -> tuple[Any, list[Any], list[
     if kind is ChannelKind.CHAT and draw(st.booleans()):
         # a story: one turn, started first, that most of what follows addresses
         start = draw(ahst.from_type(t.ChatTurnStartedAction, max_depth=2))
-        actions = [attrs.evolve(start, turn_id="a")]
+        actions: list[Any] = [attrs.evolve(start, turn_id="a")]
         for cls in draw(st.lists(st.sampled_from(_STORY), min_size=3, max_size=16)):
             if cls is t.ChatResponsePartAction and draw(_MOSTLY):
                 action = draw(_TEXT_PART)
             else:
                 action = pooled(draw, draw(ahst.from_type(cls, max_depth=2)))
-            changes = {}
+            changes: dict[str, Any] = {}
             for name in ("tool_call_id", "part_id", "request_id"):
                 if hasattr(action, name):
                     changes[name] = draw(st.sampled_from(("a", "b")))

@@ -221,9 +221,9 @@ def _refused(kind: ChannelKind) -> st.SearchStrategy[Any]:
     return st.one_of([ahst.from_type(cls, max_depth=1) for cls in _classes(False) + others])
 
 
-_STEPS = (
-    "dispatch", "dispatch", "dispatch", "foreign", "foreign", "echo", "echo", "echo",
-    "reject", "duplicate", "replay", "snapshot", "resubscribe", "late", "refused",
+_STEPS = (  # interleaved: hypothesis favours the first few
+    "dispatch", "echo", "drain", "foreign", "dispatch", "echo", "reject", "dispatch", "foreign",
+    "replay", "late", "duplicate", "snapshot", "resubscribe", "refused",
 )
 
 
@@ -268,6 +268,13 @@ def _scenario(draw: Callable[..., Any], kind: ChannelKind) -> _Scenario:
             reason = "refused by the host" if step == "reject" else None
             scenario.run({"op": "receive", "envelope": _envelope(
                 channel, echoed, seq, (ME, entry.client_seq), reason)})
+        elif step == "drain" and pending:
+            # the host answers every pending action, in order, some of them refused
+            for entry in pending:
+                seq += 1
+                reason = "refused" if not draw(st.integers(0, 3)) else None
+                scenario.run({"op": "receive", "envelope": _envelope(
+                    channel, wire.unstructure(entry.action), seq, (ME, entry.client_seq), reason)})
         elif step == "duplicate":
             scenario.run({"op": "receive",
                           "envelope": _envelope(channel, action(own=False), seq)})

@@ -375,7 +375,18 @@ def _scripted() -> Iterator[tuple[str, list[dict[str, Any]]]]:
         {"op": "dispatch", "channel": chat, "action": draft("b")},
         receive(draft("b"), 6, 2), receive(draft("b"), 6, 2), receive(start("t1"), 7, 1),
     ]
-    yield "an echo that matches nothing is refused", [subscribe, receive(draft("x"), 6, 9)]
+    yield "refused calls change nothing", [
+        subscribe, {"op": "dispatch", "channel": chat, "action": draft("a")},
+        receive(draft("x"), 6, 9),  # an echo that matches none of ours
+        {"op": "receive", "envelope": {**_envelope(chat, draft("x"), 6), "serverSeq": "7"}},
+        {"op": "receive", "envelope": _envelope("ahp-chat:/elsewhere", draft("x"), 7)},
+        {"op": "dispatch", "channel": "ahp-chat:/elsewhere", "action": draft("b")},
+        {"op": "dispatch", "channel": chat, "action": {"type": "chat/delta", "turnId": "t",
+                                                       "partId": "p", "content": "x"}},
+        {"op": "reconnect", "result": {"type": "snapshot", "snapshots": [
+            {"resource": "ahp-chat:/elsewhere", "state": state, "fromSeq": 1}]}},
+        receive(draft("a"), 6, 1),
+    ]
     yield "reconnect with a replay", [
         subscribe, {"op": "dispatch", "channel": chat, "action": draft("a")},
         {"op": "dispatch", "channel": chat, "action": start("t1")},

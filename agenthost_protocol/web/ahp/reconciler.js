@@ -196,7 +196,17 @@ export class Reconciler {
     if (!ch.pending.size) return ch.confirmed;
     if (ch.cache === null) {
       let state = ch.confirmed;
-      for (const entry of ch.pending.values()) state = reduce(ch.kind, state, entry.action, entry.dispatchedAt);
+      for (const entry of ch.pending.values()) {
+        try {
+          state = reduce(ch.kind, state, entry.action, entry.dispatchedAt);
+        } catch (error) {
+          // our actions reduced when dispatched: the host's state is at fault
+          throw new ReconcilerError(
+            `the state of ${channel} from the host cannot take ${entry.action.type}: ${error}`,
+            { remote: true },
+          );
+        }
+      }
       ch.cache = state;
     }
     return ch.cache;
@@ -246,7 +256,13 @@ export class Reconciler {
       throw new ReconcilerError(`${action.type} cannot be dispatched to ${channel} (a ${ch.kind} channel)`);
     }
     const dispatchedAt = this._readClock();
-    const cache = reduce(ch.kind, this.optimistic(channel), action, dispatchedAt);
+    let cache;
+    try {
+      cache = reduce(ch.kind, this.optimistic(channel), action, dispatchedAt);
+    } catch (error) {
+      if (error instanceof ReconcilerError) throw error;
+      throw new ReconcilerError(`${action.type} cannot be applied: ${error}`);
+    }
     const clientSeq = this._nextClientSeq++;
     ch.pending.set(clientSeq, { clientSeq, channel, action, dispatchedAt });
     ch.cache = cache;

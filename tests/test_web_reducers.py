@@ -263,3 +263,44 @@ def test_iso_timestamp_agrees_with_python(module_page: Page, values: list[float]
     )
     specials = [float("nan"), float("inf"), float("-inf")]
     assert got == [iso_timestamp(value) for value in [*values, *specials]]
+
+
+def test_keys_named_like_object_properties_are_data(module_page: Page) -> None:
+    """A question id ``__proto__`` is a key like any other, and a kind ``toString`` no kind."""
+    chat = {
+        "resource": "ahp-chat:/c", "title": "", "status": 8, "modifiedAt": "", "turns": [],
+        "activeTurn": {
+            "id": "t", "startedAt": "", "message": {"text": "", "origin": {"kind": "user"}},
+            "responseParts": [{"kind": "inputRequest", "request": {"id": "r"}}],
+        },
+    }
+    answer = {"state": "draft", "value": {"kind": "text", "value": "x"}}
+    actions = [
+        {"type": "chat/inputAnswerChanged", "requestId": "r", "questionId": "__proto__",
+         "answer": answer},
+        {"type": "chat/inputAnswerChanged", "requestId": "r", "questionId": "constructor",
+         "answer": answer},
+        {"type": "chat/inputAnswerChanged", "requestId": "r", "questionId": "__proto__"},
+        {"type": "chat/inputCompleted", "requestId": "r", "response": "accept",
+         "answers": {"__proto__": answer}},
+    ]
+    got = json.loads(module_page.evaluate(
+        """async (text) => {
+          const { reduce } = await import("/ahp/reducers.js");
+          const [state, actions] = JSON.parse(text);
+          const states = [];
+          let current = state;
+          for (const action of actions) states.push(current = reduce("chat", current, action, 0));
+          const odd = ["toString", "constructor", "__proto__", "hasOwnProperty"]
+            .every((kind) => reduce(kind, state, actions[0], 0) === state);
+          return JSON.stringify({ states, odd });
+        }""",
+        json.dumps([chat, actions]),
+    ))
+    state = wire.structure(chat, t.ChatState)
+    expected = []
+    for action in actions:
+        state = REDUCERS[ChannelKind.CHAT](state, wire.parse_action(action), now=lambda: 0)
+        expected.append(wire.unstructure(state))
+    assert [canonical(s) for s in got["states"]] == [canonical(s) for s in expected]
+    assert got["odd"] is True

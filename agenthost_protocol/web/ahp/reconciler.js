@@ -96,7 +96,7 @@ function checkSnapshot(snapshot, where) {
   }
   const byUri = channelKind(snapshot.resource);
   const kind = byUri === null ? kindByShape(snapshot.state) : byUri;
-  if (!(kind in FAMILY)) {
+  if (!Object.prototype.hasOwnProperty.call(FAMILY, kind)) {
     throw new ReconcilerError(`${where}: ${snapshot.resource} has no state`, { remote: true });
   }
   return kind;

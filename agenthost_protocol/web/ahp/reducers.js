@@ -1258,9 +1258,17 @@ function inputAnswerChanged(state, action, now) {
   const index = openRequestIndex(parts, action.requestId);
   if (index < 0) return state;
   const part = parts[index];
-  const answers = { ...(part.request.answers || {}) };
-  if (!given(action.answer)) delete answers[action.questionId];
-  else answers[action.questionId] = action.answer;
+  // entries, not `answers[id] = ...`: an id "__proto__" is a key like any other
+  const entries = Object.entries(part.request.answers || {});
+  const at = entries.findIndex(([id]) => id === action.questionId);
+  if (!given(action.answer)) {
+    if (at >= 0) entries.splice(at, 1);
+  } else if (at >= 0) {
+    entries[at] = [action.questionId, action.answer];
+  } else {
+    entries.push([action.questionId, action.answer]);
+  }
+  const answers = Object.fromEntries(entries);
   const request = evolve(part.request, { answers: Object.keys(answers).length ? answers : null });
   const newTurn = { ...turn, responseParts: replaceAt(parts, index, { ...part, request }) };
   return settled(state, { ...state, activeTurn: newTurn, modifiedAt: stamp(now) });
@@ -1405,7 +1413,8 @@ export const STATEFUL_KINDS = Object.freeze(Object.keys(REDUCERS));
  * type, and for a kind that has no state.
  */
 export function reduce(kind, state, action, now = Date.now()) {
-  const reducer = REDUCERS[kind] || REDUCERS[channelKind(kind)];
+  const named = hasOwn(REDUCERS, kind) ? kind : channelKind(kind);
+  const reducer = hasOwn(REDUCERS, named) ? REDUCERS[named] : null;
   if (!reducer || !isObject(state) || !isObject(action) || typeof action.type !== "string") return state;
   return reducer(state, action, now);
 }

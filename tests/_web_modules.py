@@ -41,7 +41,8 @@ _BLANK = "<!doctype html><meta charset=utf-8><title>module tests</title>"
 _TYPES = {".js": "text/javascript", ".html": "text/html", ".css": "text/css"}
 
 
-def _serve(route: Route) -> None:
+def serve_web(route: Route) -> None:
+    """Answer a request of the page from the package's ``web/`` directory."""
     path = route.request.url[len(ORIGIN):].split("?", 1)[0].split("#", 1)[0]
     if path in ("", "/__modules__.html"):
         route.fulfill(status=200, content_type="text/html", body=_BLANK)
@@ -64,7 +65,7 @@ def module_page(browser: Browser) -> Iterator[Page]:
     try:
         # routes registered later are tried first: everything not ours is refused
         context.route("**/*", lambda route: route.abort())
-        context.route(f"{ORIGIN}/**", _serve)
+        context.route(f"{ORIGIN}/**", serve_web)
         page = context.new_page()
         page.goto(f"{ORIGIN}/__modules__.html")
         yield page

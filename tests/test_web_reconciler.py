@@ -405,6 +405,26 @@ def _scripted() -> Iterator[tuple[str, list[dict[str, Any]]]]:
     ]
 
 
+    root = CHANNELS[ChannelKind.ROOT]
+    root_state = {"agents": [], "config": {"schema": {"type": "object", "properties": {}},
+                                           "values": {"a": 1}}}
+    both = [
+        subscribe, {"op": "subscribe", "snapshot": {"resource": root, "state": root_state,
+                                                    "fromSeq": 9}},
+        {"op": "dispatch", "channel": root,
+         "action": {"type": "root/configChanged", "config": {"b": 2}}},
+        {"op": "dispatch", "channel": chat, "action": draft("a")},
+    ]
+    yield "two channels, one missing from the replay", [*both, {"op": "reconnect", "result": {
+        "type": "replay", "missing": [root],
+        "actions": [_envelope(chat, draft("a"), 10, (ME, 2))],
+    }}, receive(draft("z"), 11), {"op": "receive", "envelope": _envelope(root, draft("x"), 12)}]
+    yield "two channels, a snapshot for one", [*both, {"op": "reconnect", "result": {
+        "type": "snapshot", "snapshots": [{"resource": root, "state": root_state, "fromSeq": 3}],
+    }}, {"op": "receive", "envelope": _envelope(
+        root, {"type": "root/configChanged", "config": {"b": 2}}, 4, (ME, 1))}]
+
+
 @pytest.mark.parametrize("ops", [ops for _, ops in _scripted()],
                          ids=[name for name, _ in _scripted()])
 def test_scripted_scenarios(module_page: Page, ops: list[dict[str, Any]]) -> None:

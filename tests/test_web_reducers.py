@@ -14,7 +14,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import random
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,6 +30,7 @@ from agenthost_protocol import types as t
 from agenthost_protocol import wire
 from agenthost_protocol.channels import ChannelKind, channel_kind
 from agenthost_protocol.conformance import bundled_corpus, strip_nulls
+from agenthost_protocol.errors import ProtocolError
 from agenthost_protocol.reducers import REDUCERS, STATE_TYPES
 from agenthost_protocol.reducers._clock import iso_timestamp
 from agenthost_protocol.testing import strategies as ahst
@@ -72,9 +75,13 @@ _RUN_SEQUENCES = """async (text) => {
     }
     return value;
   };
+  const { normalizeState } = await import("/ahp/reducers.js");
   return JSON.stringify(JSON.parse(text).map((sequence) => {
-    let state = freeze(sequence.initial);
-    return sequence.actions.map((action, index) => {
+    // a state with keys no AHP type defines is read as the codec reads it
+    let state = freeze(sequence.normalize
+      ? normalizeState(sequence.kind, sequence.initial) : sequence.initial);
+    const read = state;
+    return [read, sequence.actions.map((action, index) => {
       let next;
       try {
         next = reduce(sequence.kind, state, freeze(action), sequence.clock[index]);
@@ -84,7 +91,7 @@ _RUN_SEQUENCES = """async (text) => {
       const same = next === state;
       state = freeze(next);
       return { state: next, same };
-    });
+    })];
   }));
 }"""
 
@@ -191,6 +198,24 @@ def _fixed(ms: int) -> Callable[[], int]:
     return lambda: ms
 
 
+def _strangers(rng: random.Random, value: Any) -> Any:
+    """``value`` (wire JSON) with keys no AHP type defines added to some of its objects.
+
+    The Python codec drops them on decoding (but inside any-JSON values and
+    the raw objects of unknown variants, which it keeps as they are).
+    """
+    if isinstance(value, list):
+        return [_strangers(rng, item) for item in value]
+    if not isinstance(value, dict):
+        return value
+    out = {key: _strangers(rng, item) for key, item in value.items()}
+    if rng.random() < 0.3:
+        out[rng.choice(("x-newer", "zz", "__proto__", "constructor"))] = rng.choice(
+            (None, 1, "text", {"nested": True}, [1, {"k": None}])
+        )
+    return out
+
+
 @pytest.mark.parametrize("kind", KINDS, ids=lambda kind: kind.value)
 @settings(max_examples=max(5, settings().max_examples // 4))
 @given(data=st.data())
@@ -198,23 +223,50 @@ def test_reducers_agree_with_python(
     module_page: Page, kind: ChannelKind, data: st.DataObject
 ) -> None:
     batch = data.draw(st.lists(_sequence(kind), min_size=1, max_size=BATCH), label="sequences")
-    sent = [
-        {
-            "kind": kind.value,
-            "initial": wire.unstructure(initial),
-            "actions": [wire.unstructure(action) for action in actions],
-            "clock": clock,
-        }
-        for initial, actions, clock in batch
-    ]
+    rng = data.draw(st.randoms(use_true_random=False), label="strangers")
+    sent = []
+    runs = []
+    for initial, actions, clock in batch:
+        state_json = wire.unstructure(initial)
+        action_json = [wire.unstructure(action) for action in actions]
+        strange = rng.random() < 0.5
+        if strange:
+            # what the page is sent carries keys no AHP type defines; Python reads it
+            # (a key added to a map, not a struct, may be a value Python refuses: then
+            # the sequence goes as it was)
+            strange_state = _strangers(rng, state_json)
+            strange_actions = [_strangers(rng, action) for action in action_json]
+            try:
+                initial = wire.structure(strange_state, STATE_TYPES[kind])  # noqa: PLW2901
+                actions = [wire.parse_action(a) for a in strange_actions]  # noqa: PLW2901
+            except ProtocolError:
+                strange = False
+            else:
+                state_json, action_json = strange_state, strange_actions
+        sent.append({"kind": kind.value, "initial": state_json, "actions": action_json,
+                     "clock": clock, "normalize": strange})
+        runs.append((initial, actions, clock))
     results = json.loads(module_page.evaluate(_RUN_SEQUENCES, json.dumps(sent)))
-    for (initial, actions, clock), steps in zip(batch, results, strict=True):
+    for (initial, actions, clock), (read, steps) in zip(runs, results, strict=True):
+        assert canonical(read) == canonical(wire.unstructure(initial))
         expected = _python_steps(kind, initial, actions, clock)
         for index, ((state, same), got) in enumerate(zip(expected, steps, strict=True)):
             action = wire.unstructure(actions[index])
             assert "error" not in got, (action, got.get("error"))
             assert canonical(got["state"]) == canonical(state), (index, action)
             assert got["same"] == same, (index, action, "identity")
+
+
+def test_shapes_are_current() -> None:
+    """``web/ahp/shapes.js`` is what ``tools/gen_web_shapes.py`` makes of the model."""
+    tool = Path(__file__).resolve().parent.parent / "tools" / "gen_web_shapes.py"
+    spec = importlib.util.spec_from_file_location("gen_web_shapes", tool)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.TARGET.read_text(encoding="utf-8") == module.render(), (
+        "regenerate: python tools/gen_web_shapes.py"
+    )
 
 
 # -- channel kinds and the clock ---------------------------------------------------

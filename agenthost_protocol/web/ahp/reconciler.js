@@ -24,7 +24,7 @@
 // the caller sends what dispatch and reconnectParams return and feeds in what
 // the host sends.
 
-import { channelKind, clampMs, reduce } from "./reducers.js";
+import { channelKind, clampMs, normalizeAction, normalizeState, reduce } from "./reducers.js";
 
 /** Thrown for a refused call; nothing has changed. */
 export class ReconcilerError extends Error {
@@ -224,7 +224,7 @@ export class Reconciler {
     const kind = checkSnapshot(snapshot, "snapshot");
     const channel = snapshot.resource;
     if (this._channels.has(channel)) throw new ReconcilerError(`${channel} is already subscribed`);
-    this._channels.set(channel, newChannel(kind, snapshot.state, snapshot.fromSeq));
+    this._channels.set(channel, newChannel(kind, normalizeState(kind, snapshot.state), snapshot.fromSeq));
     this._released.delete(channel);
     this._lastSeen = Math.max(this._lastSeen, snapshot.fromSeq);
   }
@@ -255,6 +255,8 @@ export class Reconciler {
     if (!action.type.startsWith(FAMILY[ch.kind])) {
       throw new ReconcilerError(`${action.type} cannot be dispatched to ${channel} (a ${ch.kind} channel)`);
     }
+    // as the host will read it: keys no AHP type defines dropped
+    action = normalizeAction(action);
     const dispatchedAt = this._readClock();
     let cache;
     try {
@@ -461,7 +463,9 @@ export class Reconciler {
     const dropped = allPending(this._channels.values()).sort((a, b) => a.clientSeq - b.clientSeq);
     rememberOrphans(this._orphans, dropped);
     this._channels = new Map(
-      [...fresh].map(([uri, [kind, snapshot]]) => [uri, newChannel(kind, snapshot.state, snapshot.fromSeq)]),
+      [...fresh].map(([uri, [kind, snapshot]]) => [
+        uri, newChannel(kind, normalizeState(kind, snapshot.state), snapshot.fromSeq),
+      ]),
     );
     for (const uri of removed) this._released.add(uri);
     if (fresh.size) {

@@ -13,6 +13,8 @@
 // A value absent on the wire is absent here: a field set to "nothing" is
 // deleted, never stored as null or undefined.
 
+import { ACTIONS, CLASSES, STATES } from "./shapes.js";
+
 // -- JSON helpers ---------------------------------------------------------------
 
 const hasOwn = (value, key) => Object.prototype.hasOwnProperty.call(value, key);
@@ -1387,6 +1389,58 @@ function chatReducer(state, action, now) {
   }
 }
 
+// -- reading a value as the Python codec does -----------------------------------------
+
+// `value` read by `shape` (see shapes.js): the keys no AHP type defines dropped,
+// a null standing for an absent value dropped; anything else as it is.
+function normalize(shape, value) {
+  if (shape === 0 || value === null || typeof value !== "object") return value;
+  if (typeof shape === "string") {
+    const fields = CLASSES[shape];
+    if (!isObject(value)) return value;
+    const out = {};
+    for (const key of Object.keys(value)) {
+      if (hasOwn(fields, key) && given(value[key])) out[key] = normalize(fields[key], value[key]);
+    }
+    return out;
+  }
+  switch (shape[0]) {
+    case "t":
+      return Array.isArray(value) ? value.map((item) => normalize(shape[1], item)) : value;
+    case "m":
+      return isObject(value)
+        ? Object.fromEntries(Object.entries(value).map(([key, item]) => [key, normalize(shape[1], item)]))
+        : value;
+    case "u": {
+      if (!isObject(value)) return value;
+      const tag = String(value[shape[1]]);
+      // a tag this library does not know: a newer peer's variant, kept as it is
+      return hasOwn(shape[2], tag) ? normalize(shape[2][tag], value) : value;
+    }
+    case "o":
+      return isObject(value) ? normalize(shape[1], value) : value;
+    default:
+      return value;
+  }
+}
+
+/**
+ * `action` as the Python codec reads it: the keys no AHP 0.7.0 type defines
+ * dropped, and a null standing for an absent value.  An action of a type it
+ * does not know is returned as it is.  `reduce` reads every action so.
+ */
+export function normalizeAction(action) {
+  if (!isObject(action) || typeof action.type !== "string" || !hasOwn(ACTIONS, action.type)) {
+    return action;
+  }
+  return normalize(ACTIONS[action.type], action);
+}
+
+/** A channel state of `kind` as the Python codec reads it (see normalizeAction). */
+export function normalizeState(kind, state) {
+  return hasOwn(STATES, kind) ? normalize(STATES[kind], state) : state;
+}
+
 // -- the entry point --------------------------------------------------------------
 
 const REDUCERS = {
@@ -1416,5 +1470,5 @@ export function reduce(kind, state, action, now = Date.now()) {
   const named = hasOwn(REDUCERS, kind) ? kind : channelKind(kind);
   const reducer = hasOwn(REDUCERS, named) ? REDUCERS[named] : null;
   if (!reducer || !isObject(state) || !isObject(action) || typeof action.type !== "string") return state;
-  return reducer(state, action, now);
+  return reducer(state, normalizeAction(action), now);
 }

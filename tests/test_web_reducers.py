@@ -237,12 +237,13 @@ def test_reducers_agree_with_python(
             strange_state = _strangers(rng, state_json)
             strange_actions = [_strangers(rng, action) for action in action_json]
             try:
-                initial = wire.structure(strange_state, STATE_TYPES[kind])  # noqa: PLW2901
-                actions = [wire.parse_action(a) for a in strange_actions]  # noqa: PLW2901
+                read = wire.structure(strange_state, STATE_TYPES[kind])
+                parsed = [wire.parse_action(a) for a in strange_actions]
             except ProtocolError:
                 strange = False
             else:
                 state_json, action_json = strange_state, strange_actions
+                initial, actions = read, parsed  # noqa: PLW2901
         sent.append({"kind": kind.value, "initial": state_json, "actions": action_json,
                      "clock": clock, "normalize": strange})
         runs.append((initial, actions, clock))

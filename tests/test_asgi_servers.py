@@ -31,9 +31,6 @@ pytest.importorskip("hypercorn")
 pytest.importorskip("starlette")
 pytest.importorskip("fastapi")
 
-import hypercorn.asyncio
-import hypercorn.config
-import uvicorn
 from fastapi import FastAPI
 from starlette.applications import Starlette
 from starlette.routing import Mount
@@ -54,9 +51,9 @@ from agenthost_protocol.hostcheck.machine import check_host
 
 from ._aio_hosts import TIMEOUT, clock, free_port, run
 from ._aio_peer import child_env
+from ._asgi_run import Kind, run_server
 from .test_asgi import http_get, turn_round_trip, upgrade_headers, zero_masked_text_frame
 
-Kind = Literal["uvicorn", "uvicorn-wsproto", "hypercorn"]
 KINDS: tuple[Kind, ...] = ("uvicorn", "uvicorn-wsproto", "hypercorn")
 Where = Literal["root", "starlette", "fastapi"]
 WHERE: tuple[Where, ...] = ("root", "starlette", "fastapi")
@@ -75,51 +72,6 @@ class Served:
     @property
     def url(self) -> str:
         return f"ws://127.0.0.1:{self.port}{self.prefix}"
-
-
-@contextlib.asynccontextmanager
-async def run_server(kind: Kind, app: object, port: int) -> AsyncIterator[None]:
-    """``app`` served by ``kind`` on ``port`` until the block ends (then stopped, awaited)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + TIMEOUT
-    if kind != "hypercorn":
-        config = uvicorn.Config(
-            app, host="127.0.0.1", port=port, lifespan="on",  # type: ignore[arg-type]
-            log_level="warning", ws_ping_interval=None,
-            ws="wsproto" if kind == "uvicorn-wsproto" else "auto")
-        server = uvicorn.Server(config)
-        task = asyncio.create_task(server.serve())
-        while not server.started:
-            assert not task.done() and loop.time() < deadline, "uvicorn did not start"
-            await asyncio.sleep(0.01)
-        try:
-            yield
-        finally:
-            server.should_exit = True
-            await asyncio.wait_for(task, TIMEOUT)
-        return
-    config_h = hypercorn.config.Config()
-    config_h.bind = [f"127.0.0.1:{port}"]
-    config_h.loglevel = "WARNING"
-    config_h.graceful_timeout = 1.0
-    config_h.accesslog = None
-    stop = asyncio.Event()
-    task = asyncio.create_task(hypercorn.asyncio.serve(
-        app, config_h, shutdown_trigger=stop.wait))  # type: ignore[arg-type]
-    while True:  # listening once a connection is taken
-        assert not task.done() and loop.time() < deadline, "hypercorn did not start"
-        try:
-            _, writer = await asyncio.open_connection("127.0.0.1", port)
-        except OSError:
-            await asyncio.sleep(0.02)
-            continue
-        writer.close()
-        break
-    try:
-        yield
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, TIMEOUT)
 
 
 @contextlib.asynccontextmanager

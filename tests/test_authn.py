@@ -21,9 +21,6 @@ from hypothesis import strategies as st
 pytest.importorskip("uvicorn")
 pytest.importorskip("hypercorn")
 
-import hypercorn.asyncio
-import hypercorn.config
-import uvicorn
 from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import InvalidMessage, InvalidStatus
 from websockets.typing import Subprotocol
@@ -46,6 +43,7 @@ from agenthost_protocol.asgi import asgi_app
 from agenthost_protocol.host import Event, Host
 
 from ._aio_hosts import ROOT, TIMEOUT, USER, clock, free_port, run, turn_started, turns_done
+from ._asgi_run import run_server
 
 Transport = Literal["websocket", "uvicorn", "hypercorn"]
 TRANSPORTS: tuple[Transport, ...] = ("websocket", "uvicorn")
@@ -118,49 +116,6 @@ class Hosted:
         """The principal of every request's connection, as the host core sees it."""
 
 
-async def _uvicorn(app: object, port: int) -> AsyncIterator[None]:
-    config = uvicorn.Config(app, host="127.0.0.1", port=port,  # type: ignore[arg-type]
-                            lifespan="off", log_level="warning", ws_ping_interval=None)
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve())
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + TIMEOUT
-    while not server.started:
-        assert not task.done() and loop.time() < deadline, "uvicorn did not start"
-        await asyncio.sleep(0.01)
-    try:
-        yield
-    finally:
-        server.should_exit = True
-        await asyncio.wait_for(task, TIMEOUT)
-
-
-async def _hypercorn(app: object, port: int) -> AsyncIterator[None]:
-    config = hypercorn.config.Config()
-    config.bind = [f"127.0.0.1:{port}"]
-    config.loglevel = "WARNING"
-    config.graceful_timeout = 1.0
-    stop = asyncio.Event()
-    task = asyncio.create_task(hypercorn.asyncio.serve(
-        app, config, shutdown_trigger=stop.wait))  # type: ignore[arg-type]
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + TIMEOUT
-    while True:  # listening once a connection is taken
-        assert not task.done() and loop.time() < deadline, "hypercorn did not start"
-        try:
-            _, writer = await asyncio.open_connection("127.0.0.1", port)
-        except OSError:
-            await asyncio.sleep(0.02)
-            continue
-        writer.close()
-        break
-    try:
-        yield
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, TIMEOUT)
-
-
 @contextlib.asynccontextmanager
 async def hosted(transport: Transport, authenticate: Callable[[Scope], object] | None, *,
                  limits: ServerLimits | None = None,
@@ -189,8 +144,8 @@ async def hosted(transport: Transport, authenticate: Callable[[Scope], object] |
             app = asgi_app(server, policy=policy, authenticate=authenticate,
                            handshake_timeout=time_limit)
             h = Hosted(server, agent, f"ws://127.0.0.1:{port}/")
-            runner = _uvicorn if transport == "uvicorn" else _hypercorn
-            async with contextlib.asynccontextmanager(runner)(app, port):
+            async with run_server("uvicorn" if transport == "uvicorn" else "hypercorn", app,
+                                  port, lifespan="off"):
                 yield _install(h, driver)
             await server.close()
     finally:

@@ -32,9 +32,7 @@ import os
 import pstats
 import socket
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from typing import TYPE_CHECKING
 
@@ -49,6 +47,7 @@ from .bench_ws_fanout import (
     _serve_bare,
     _serve_host,
     _write_times,
+    run_round,
 )
 
 if TYPE_CHECKING:
@@ -175,43 +174,12 @@ async def _serve_asgi(args: argparse.Namespace) -> None:
 
 
 def _round(args: argparse.Namespace, mode: str, clients: int) -> dict[str, float]:
-    processes = min(args.processes, clients)
-    with tempfile.TemporaryDirectory() as scratch:
-        times = os.path.join(scratch, "sent.json")
-        common = ["--deltas", str(args.deltas), "--times", times]
-        server = subprocess.Popen(
-            [sys.executable, "-m", "tests.benchmarks.bench_asgi_fanout", f"--serve-{mode}",
-             "--clients", str(clients), "--ws", args.ws, "--compression", args.compression,
-             "--rate", str(args.rate), *common,
-             *(["--profile", args.profile] if args.profile and mode == "asgi" else [])],
-            stdout=subprocess.PIPE, text=True)
-        assert server.stdout is not None
-        url = server.stdout.readline().strip()
-        shares = [clients // processes + (1 if i < clients % processes else 0)
-                  for i in range(processes)]
-        readers = [subprocess.Popen(
-            [sys.executable, "-m", "tests.benchmarks.bench_ws_fanout", "--client", url,
-             "--count", str(share), "--mode", "host" if mode in ("ws", "asgi") else "bare",
-             "--window", "0", *common],
-            stdout=subprocess.PIPE, text=True) for share in shares if share]
-        try:
-            figures = json.loads(server.stdout.readline())
-            outputs = [json.loads(proc.communicate(timeout=600)[0]) for proc in readers]
-            server.wait(60)
-        finally:
-            for proc in (server, *readers):
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait()
-    last = max(out["last"] for out in outputs)
-    latencies = sorted(x for out in outputs for x in out["latencies"])
-    return {
-        "rate": args.deltas / max(last - figures["start"], 1e-9),
-        "cpu": figures["cpu"] / (args.deltas * clients / 1000) * 1000,
-        "p50": latencies[len(latencies) // 2] * 1000,
-        "p99": latencies[min(len(latencies) - 1, len(latencies) * 99 // 100)] * 1000,
-        "frames": sum(out["frames"] for out in outputs) / clients,
-    }
+    return run_round(
+        args, clients, module="tests.benchmarks.bench_asgi_fanout",
+        server_args=[f"--serve-{mode}", "--ws", args.ws, "--compression", args.compression,
+                     "--rate", str(args.rate),
+                     *(["--profile", args.profile] if args.profile and mode == "asgi" else [])],
+        client_args=["--mode", "host" if mode in ("ws", "asgi") else "bare", "--window", "0"])
 
 
 def main() -> None:

@@ -308,15 +308,25 @@ async def _clients(url: str, count: int, deltas: int, mode: str, *, times: str,
 # -- the run --------------------------------------------------------------------------------
 
 def _round(args: argparse.Namespace, mode: str, clients: int) -> dict[str, float]:
+    return run_round(
+        args, clients, module="tests.benchmarks.bench_ws_fanout",
+        server_args=[f"--serve-{mode}", "--compression", args.compression,
+                     "--transport", args.transport, "--rate", str(args.rate),
+                     *(["--profile", args.profile] if args.profile and mode == "host" else [])],
+        client_args=["--mode", mode, "--window", str(args.window)])
+
+
+def run_round(args: argparse.Namespace, clients: int, *, module: str, server_args: list[str],
+              client_args: list[str]) -> dict[str, float]:
+    """One round: ``python -m module SERVER_ARGS`` serving ``clients`` readers spread
+    over ``args.processes`` processes of this module's ``--client`` (with
+    ``client_args``), ``args.deltas`` deltas; the figures per 1,000 frames."""
     processes = min(args.processes, clients)
     with tempfile.TemporaryDirectory() as scratch:
         times = os.path.join(scratch, "sent.json")
         common = ["--deltas", str(args.deltas), "--times", times]
         server = subprocess.Popen(
-            [sys.executable, "-m", "tests.benchmarks.bench_ws_fanout", f"--serve-{mode}",
-             "--clients", str(clients), "--compression", args.compression,
-             "--transport", args.transport, "--rate", str(args.rate), *common,
-             *(["--profile", args.profile] if args.profile and mode == "host" else [])],
+            [sys.executable, "-m", module, *server_args, "--clients", str(clients), *common],
             stdout=subprocess.PIPE, text=True)
         assert server.stdout is not None
         url = server.stdout.readline().strip()
@@ -324,7 +334,7 @@ def _round(args: argparse.Namespace, mode: str, clients: int) -> dict[str, float
                   for i in range(processes)]
         readers = [subprocess.Popen(
             [sys.executable, "-m", "tests.benchmarks.bench_ws_fanout", "--client", url,
-             "--count", str(share), "--mode", mode, "--window", str(args.window), *common],
+             "--count", str(share), *client_args, *common],
             stdout=subprocess.PIPE, text=True) for share in shares if share]
         try:
             figures = json.loads(server.stdout.readline())

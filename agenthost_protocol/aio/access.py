@@ -12,11 +12,14 @@ checked before anything of AHP is spoken:
 2. **Origin.**  Browsers send ``Origin`` with every WebSocket handshake;
    non-browser clients (Node's WebSocket, which the official TypeScript
    client uses, websockets, curl) send none.  A handshake with an
-   ``Origin`` not in ``allowed_origins`` is refused (403).
+   ``Origin`` not in ``allowed_origins`` is refused (403), except the
+   server's own: ``http://HOST:PORT`` as that request's (checked) Host
+   header names it, the origin of the web client ``serve`` serves.
 3. **Token.**  When the policy has a token, the handshake must carry it as
    the ``token`` query parameter (``ws://127.0.0.1:8765/?token=...``, a URL
    any client can open as it is), as ``tkn`` (the name VS Code's agent-host
-   URLs use), or as ``Authorization: Bearer ...``; otherwise 401 (with
+   URLs use), as ``Authorization: Bearer ...``, or (what a browser can do)
+   as the offered subprotocol ``ahp.token.BASE64URL``; otherwise 401 (with
    ``WWW-Authenticate: Bearer``).  Every candidate is compared, each in
    constant time.
 
@@ -30,6 +33,7 @@ says what to answer; :mod:`.websocket` applies it.
 
 from __future__ import annotations
 
+import base64
 import hmac
 import ipaddress
 import secrets
@@ -40,7 +44,9 @@ from urllib.parse import parse_qs, quote, urlsplit
 from attrs import field, frozen
 
 __all__ = [
+    "SUBPROTOCOL",
     "TOKEN_PARAMETERS",
+    "TOKEN_SUBPROTOCOL",
     "AccessPolicy",
     "Refusal",
     "is_loopback",
@@ -134,27 +140,76 @@ class AccessPolicy:
         header's value (case-insensitive name; ``None`` if absent).
         """
         host = header("Host")
+        refusal = self.check_host(host)
+        if refusal is not None:
+            return refusal
+        assert host is not None
+        origin = header("Origin")
+        if (origin is not None and _normal_origin(origin) not in self.allowed_origins
+                and not _own_origin(origin, host)):
+            return Refusal(status=403, reason=f"Origin {origin.strip()!r} is not allowed "
+                           "(allow it with --allow-origin)")
+        if self.token is not None and not _token_ok(
+                self.token, path, header("Authorization"), header("Sec-WebSocket-Protocol")):
+            return Refusal(status=401, reason="a valid access token is required: the token= "
+                           "(or tkn=) of the URL serve printed, or Authorization: Bearer")
+        return None
+
+    def check_host(self, host: str | None) -> Refusal | None:
+        """The Host check alone (``host``: the header's value): the web client's files
+        are served to a request that passes it, token or not."""
         if host is None:
             return Refusal(status=403, reason="no Host header")
         name = _hostname(host)
         if name != "localhost" and not _is_ip(name) and name not in self.allowed_hosts:
             return Refusal(status=403, reason=f"Host {name!r} is not this server's "
                            "(allow it with --allow-host)")
-        origin = header("Origin")
-        if origin is not None and _normal_origin(origin) not in self.allowed_origins:
-            return Refusal(status=403, reason=f"Origin {origin.strip()!r} is not allowed "
-                           "(allow it with --allow-origin)")
-        if self.token is not None and not _token_ok(self.token, path, header("Authorization")):
-            return Refusal(status=401, reason="a valid access token is required: the token= "
-                           "(or tkn=) of the URL serve printed, or Authorization: Bearer")
         return None
+
+
+def _own_origin(origin: str, host: str) -> bool:
+    """Whether ``origin`` is the page this server serves itself (``http://HOST:PORT``,
+    ``https://`` with TLS, as the request's own Host header names it): the web client.
+    Only a Host that passed the Host check gets here, so a page of another name that
+    rebinds to this address is still refused; another port of the same name is another
+    origin, refused too."""
+    value = _normal_origin(origin)
+    own = host.strip().lower()
+    return bool(own) and value in (f"http://{own}", f"https://{own}")
 
 
 TOKEN_PARAMETERS: Final = ("token", "tkn")
 """The query parameters a handshake may carry the token in (``tkn``: VS Code's name)."""
 
 
-def _token_ok(token: str, path: str, authorization: str | None) -> bool:
+TOKEN_SUBPROTOCOL: Final = "ahp.token."
+"""A browser cannot set ``Authorization`` on a WebSocket: it offers the token as the
+subprotocol ``ahp.token.`` + base64url(UTF-8 token), unpadded, besides ``ahp``."""
+
+SUBPROTOCOL: Final = "ahp"
+"""The subprotocol selected when a client offers it (never the token's)."""
+
+_MAX_OFFERED: Final = 8
+
+
+def _subprotocol_tokens(header: str | None) -> list[str]:
+    if header is None:
+        return []
+    found = []
+    for offered in header.split(",")[:_MAX_OFFERED]:
+        item = offered.strip()
+        if item.startswith(TOKEN_SUBPROTOCOL):
+            encoded = item[len(TOKEN_SUBPROTOCOL):]
+            try:
+                found.append(base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4))
+                             .decode("utf-8"))
+            except (ValueError, UnicodeDecodeError):
+                continue
+    return found
+
+
+def _token_ok(token: str, path: str, authorization: str | None,
+              subprotocols: str | None = None) -> bool:
     expected = token.encode("utf-8")
     query = parse_qs(urlsplit(path).query)
     offered: list[str] = [value for name in TOKEN_PARAMETERS for value in query.get(name, [])]
@@ -162,6 +217,7 @@ def _token_ok(token: str, path: str, authorization: str | None) -> bool:
         scheme, _, credentials = authorization.strip().partition(" ")
         if scheme.lower() == "bearer":
             offered.append(credentials.strip())
+    offered += _subprotocol_tokens(subprotocols)
     ok = False
     for candidate in offered:
         # every candidate compared, each in constant time

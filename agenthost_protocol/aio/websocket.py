@@ -2,7 +2,8 @@
 
 As the AHP transport spec says for WebSocket: the host is the WebSocket
 server, and every text frame carries exactly one JSON-RPC message.  No
-subprotocol is required (one a client offers is simply not selected).  A
+subprotocol is required; ``ahp`` is selected when offered (a browser offers
+its token beside it as ``ahp.token.*``, never echoed), any other is not.  A
 binary frame closes the connection with 1003 (unsupported data); a message
 over the size limit is refused by websockets itself with 1009 (message too
 big); a client that stops reading is closed with 1008 once its send queue
@@ -13,7 +14,9 @@ Before any of that, the HTTP upgrade request is checked against an
 token): a refused handshake never reaches the host.  It gets 401 with
 ``WWW-Authenticate: Bearer`` for the token, 403 for the Host or the Origin
 (told apart, so a client knows which to fix), each with the one-line reason
-as its body; 503 when the server serves ``max_connections`` already.
+as its body; 503 when the server serves ``max_connections`` already.  With
+``web``, a plain HTTP request (no upgrade) gets the web client's files
+instead (:mod:`.web`).
 Connections that have not sent their upgrade request yet are bounded too
 (``max_connections`` of them, one more closes the oldest; 32 KiB of request
 each), so stalled handshakes cannot pile up file descriptors or memory.
@@ -33,17 +36,20 @@ from collections.abc import Sequence
 from http import HTTPStatus
 from typing import Final
 
-from .access import AccessPolicy, is_loopback
+from .access import SUBPROTOCOL, AccessPolicy, is_loopback
 from .log_quota import LogQuota
 from .redact import RedactSecrets
 from .server import CloseReason, EndOfStream, FrameCache, HostServer, MessageRefused
+from .web import WebFiles
 
 try:
     from websockets.asyncio.server import Server, ServerConnection, serve
+    from websockets.datastructures import Headers
     from websockets.exceptions import ConnectionClosed
     from websockets.frames import Frame, Opcode
     from websockets.http11 import Request, Response
     from websockets.protocol import Event, State
+    from websockets.typing import Subprotocol
 except ImportError as e:  # pragma: no cover - exercised in a subprocess
     raise ImportError(
         "agenthost_protocol.aio.websocket needs the websockets package (13 or later): "
@@ -250,6 +256,17 @@ def _describe(error: ConnectionClosed) -> str:
     return "the connection dropped without a close frame"
 
 
+def _is_upgrade(request: Request) -> bool:
+    return any("websocket" in value.lower() for value in request.headers.get_all("Upgrade"))
+
+
+def _select_subprotocol(_connection: ServerConnection,
+                        offered: Sequence[Subprotocol]) -> Subprotocol | None:
+    """``ahp`` when offered (a browser that offers its token as a subprotocol must get
+    one back), else none: the token's own subprotocol is never echoed."""
+    return Subprotocol(SUBPROTOCOL) if SUBPROTOCOL in offered else None
+
+
 class WebSocketStream:
     """One WebSocket connection as a :class:`~agenthost_protocol.aio.MessageStream`."""
 
@@ -414,6 +431,7 @@ async def serve_websocket(
     access: AccessPolicy | None = None,
     ssl: _ssl.SSLContext | None = None,
     open_timeout: float = 10.0,
+    web: WebFiles | None = None,
 ) -> WebSocketServer:
     """Listen on ``host``:``port`` and serve ``server`` to every WebSocket client.
 
@@ -432,6 +450,11 @@ async def serve_websocket(
     cannot hold an unbounded number of file descriptors; one that sends more
     than :data:`MAX_REQUEST_HEAD` bytes before its request is complete is
     closed too.
+
+    With ``web``, a plain HTTP request (no ``Upgrade: websocket``) that passes
+    the Host check gets the web client's files (:mod:`.web`), token or not:
+    the page holds no secret.  A client that offers the subprotocol ``ahp``
+    (the web client does, with its token as ``ahp.token.*``) gets it selected.
     """
     policy = access if access is not None else AccessPolicy()
     handshakes = _Handshakes(server.limits.max_connections)
@@ -446,10 +469,22 @@ async def serve_websocket(
     def check(connection: ServerConnection, request: Request) -> Response | None:
         def header(name: str) -> str | None:
             values = request.headers.get_all(name)
+            if name == "Sec-WebSocket-Protocol" and values:
+                return ", ".join(values)  # a list, which may come in several lines
             # a repeated Host, Origin or Authorization is not one to trust
             return None if not values else values[0] if len(values) == 1 else "\x00repeated"
 
-        refusal = policy.check(request.path, header)
+        if web is not None and not _is_upgrade(request):
+            refusal = policy.check_host(header("Host"))
+            if refusal is None:
+                # websockets before 15 parse GET only: the rest never gets here
+                method = str(getattr(request, "method", "GET"))
+                answer = web.respond(method, request.path, header("Host"),
+                                     secure=ssl is not None)
+                return Response(answer.status, answer.reason, Headers(list(answer.headers)),
+                                answer.body)
+        else:
+            refusal = policy.check(request.path, header)
         if refusal is None and server.at_capacity:
             status, reason = HTTPStatus.SERVICE_UNAVAILABLE, "too many connections"
         elif refusal is None:
@@ -482,6 +517,7 @@ async def serve_websocket(
         logger=_WS_LOGGER,
         open_timeout=open_timeout,
         create_connection=_counted(handshakes),
+        select_subprotocol=_select_subprotocol,
     )
     ws_server = WebSocketServer(server, endpoint, host, secure=ssl is not None, access=policy)
     ws_server._handshakes = handshakes

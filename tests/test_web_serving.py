@@ -204,3 +204,18 @@ def test_stdio_prints_no_web_line(tmp_path: Path) -> None:
         check=False, input=b"", capture_output=True, timeout=30, cwd=REPO)
     assert done.returncode == 0, done.stderr
     assert b"web " not in done.stdout and b"http://" not in done.stdout
+
+
+def test_the_token_check(served: Served) -> None:
+    """The page asks why its WebSocket was refused: the token in a header, 204 or 401."""
+    status, headers, _ = request(served, "GET", "/token-check",
+                                 {"Authorization": f"Bearer {TOKEN}"})
+    assert status == 204 and headers["x-content-type-options"] == "nosniff"
+    assert request(served, "GET", "/token-check", {"Authorization": "Bearer nope"})[0] == 401
+    assert request(served, "GET", "/token-check")[0] == 401
+    # a token in the query does not count here
+    assert request(served, "GET", f"/token-check?token={TOKEN}")[0] == 401
+    # a page of another origin cannot send the header without a preflight, refused
+    assert request(served, "OPTIONS", "/token-check")[0] == 405
+    origin = {"Origin": "http://evil.example", "Authorization": f"Bearer {TOKEN}"}
+    assert request(served, "GET", "/token-check", origin)[0] == 403

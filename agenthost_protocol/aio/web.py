@@ -29,10 +29,12 @@ from attrs import frozen
 
 __all__ = [
     "CONTENT_TYPES",
+    "TOKEN_CHECK_PATH",
     "StaticResponse",
     "WebFiles",
     "page_url",
     "security_headers",
+    "token_check_response",
 ]
 
 CONTENT_TYPES: Final[Mapping[str, str]] = {
@@ -46,6 +48,12 @@ CONTENT_TYPES: Final[Mapping[str, str]] = {
     ".txt": "text/plain; charset=utf-8",
 }
 """The types of the files served; a file of another suffix is not served at all."""
+
+TOKEN_CHECK_PATH: Final = "/token-check"
+"""``GET`` with ``Authorization: Bearer TOKEN``: 204 if the token is the host's, else 401.
+A browser sees no status for a refused WebSocket handshake; the page asks here why (the
+token in a header, never in the request line).  A page of another origin cannot send
+that header without a CORS preflight, which is refused (405), so it learns nothing."""
 
 MAX_FILES: Final = 256
 MAX_FILE_BYTES: Final = 4 * 1024 * 1024
@@ -136,6 +144,20 @@ class WebFiles:
                    ("Content-Length", str(len(body)))]
         return StaticResponse(status=200, reason="OK", headers=tuple(headers),
                               body=b"" if head else body)
+
+
+def token_check_response(refused: int | None, host: str | None, *,
+                         secure: bool = False) -> StaticResponse:
+    """The answer at :data:`TOKEN_CHECK_PATH`: 204, or ``refused`` (401, 403) with no body
+    that says more than the status."""
+    extra = security_headers(host, secure=secure)
+    if refused is None:
+        return StaticResponse(status=204, reason="No Content",
+                              headers=(*extra, ("Content-Length", "0")), body=b"")
+    if refused == 401:
+        return _plain(401, "Unauthorized", "the access token is not this host's\n", extra,
+                      head=False)
+    return _plain(403, "Forbidden", "refused\n", extra, head=False)
 
 
 def _package_files() -> dict[str, bytes]:

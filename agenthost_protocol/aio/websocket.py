@@ -40,7 +40,7 @@ from .access import SUBPROTOCOL, AccessPolicy, is_loopback
 from .log_quota import LogQuota
 from .redact import RedactSecrets
 from .server import CloseReason, EndOfStream, FrameCache, HostServer, MessageRefused
-from .web import WebFiles
+from .web import TOKEN_CHECK_PATH, WebFiles, token_check_response
 
 try:
     from websockets.asyncio.server import Server, ServerConnection, serve
@@ -479,8 +479,14 @@ async def serve_websocket(
             if refusal is None:
                 # websockets before 15 parse GET only: the rest never gets here
                 method = str(getattr(request, "method", "GET"))
-                answer = web.respond(method, request.path, header("Host"),
-                                     secure=ssl is not None)
+                if request.path.split("?", 1)[0] == TOKEN_CHECK_PATH and method == "GET":
+                    # only the Authorization header counts here, never a query
+                    checked = policy.check("/", header)
+                    answer = token_check_response(None if checked is None else checked.status,
+                                                  header("Host"), secure=ssl is not None)
+                else:
+                    answer = web.respond(method, request.path, header("Host"),
+                                         secure=ssl is not None)
                 return Response(answer.status, answer.reason, Headers(list(answer.headers)),
                                 answer.body)
         else:

@@ -22,6 +22,45 @@ function el(tag, props = {}, ...children) {
   return node;
 }
 
+// Put exactly `nodes` into `parent`, in order, moving only what is out of place: a node
+// left where it was keeps its focus, its selection and what the user typed.
+function syncChildren(parent, nodes) {
+  let index = 0;
+  for (const node of nodes) {
+    const current = parent.children[index];
+    if (current !== node) parent.insertBefore(node, current || null);
+    index++;
+  }
+  while (parent.children.length > nodes.length) parent.lastElementChild.remove();
+}
+
+// A node made by `make` for `key`, the same node again while the key is the same.
+class NodeCache {
+  constructor() {
+    this.entries = new Map();
+    this.used = new Set();
+  }
+
+  get(id, key, make) {
+    this.used.add(id);
+    const hit = this.entries.get(id);
+    if (hit && hit.key === key) return hit.node;
+    const node = make();
+    this.entries.set(id, { key, node });
+    return node;
+  }
+
+  sweep() {
+    for (const id of this.entries.keys()) if (!this.used.has(id)) this.entries.delete(id);
+    this.used.clear();
+  }
+
+  clear() {
+    this.entries.clear();
+    this.used.clear();
+  }
+}
+
 function newId() {
   return crypto.randomUUID ? crypto.randomUUID() : `${Date.now()}-${Math.random().toString(36).slice(2)}`;
 }
@@ -73,6 +112,9 @@ class App {
     this.models = new Map(); // session URI -> model id chosen at creation
     this.openDetails = new Set(); // folded parts the user opened
     this.requestForms = new Map(); // input request id -> its form (kept while typing)
+    this.sessionNodes = new NodeCache();
+    this.turnNodes = new NodeCache();
+    this.partNodes = new NodeCache();
     this.disposeArmed = false;
     this.frame = 0;
     this.bind();
@@ -276,6 +318,8 @@ class App {
     this.chat = null;
     this.disposeArmed = false;
     this.requestForms.clear();
+    this.turnNodes.clear();
+    this.partNodes.clear();
     document.body.classList.remove("sidebar-open");
     try {
       await this.client.subscribe(uri);
@@ -389,23 +433,29 @@ class App {
     const list = $("sessions");
     const items = [];
     for (const summary of this.sessions.values()) {
-      const activity = (summary.status ?? 1) & ACTIVITY;
-      const title = summary.title || "New session";
-      const badge = activity === INPUT_NEEDED
-        ? el("span", { className: "badge attention", text: "needs input" })
-        : activity === IN_PROGRESS ? el("span", { className: "badge working", text: "working" })
-          : activity === ERROR ? el("span", { className: "badge error", text: "error" }) : null;
-      const button = el("button", {
-        type: "button", className: "session-button",
-        "aria-current": summary.resource === this.session ? "true" : null,
-        onclick: () => this.openSession(summary.resource),
-      }, el("span", { className: "session-title", text: title }),
-      el("span", { className: "session-meta", text: `${summary.provider} · ${statusWord(summary.status)}` }), badge);
-      items.push(el("li", { "data-session": summary.resource }, button));
+      const current = summary.resource === this.session;
+      const key = JSON.stringify([summary.title, summary.status, summary.provider, current]);
+      items.push(this.sessionNodes.get(summary.resource, key, () => this.sessionItem(summary, current)));
     }
-    list.replaceChildren(...items);
-    if (!items.length) list.append(el("li", { className: "empty", text: "No sessions yet." }));
+    this.sessionNodes.sweep();
+    if (!items.length) items.push(this.sessionNodes.get("", "", () => el("li", { className: "empty", text: "No sessions yet." })));
+    syncChildren(list, items);
     $("more-sessions").hidden = !this.nextCursor;
+  }
+
+  sessionItem(summary, current) {
+    const activity = (summary.status ?? 1) & ACTIVITY;
+    const title = summary.title || "New session";
+    const badge = activity === INPUT_NEEDED
+      ? el("span", { className: "badge attention", text: "needs input" })
+      : activity === IN_PROGRESS ? el("span", { className: "badge working", text: "working" })
+        : activity === ERROR ? el("span", { className: "badge error", text: "error" }) : null;
+    const button = el("button", {
+      type: "button", className: "session-button", "aria-current": current ? "true" : null,
+      onclick: () => this.openSession(summary.resource),
+    }, el("span", { className: "session-title", text: title }),
+    el("span", { className: "session-meta", text: `${summary.provider} · ${statusWord(summary.status)}` }), badge);
+    return el("li", { "data-session": summary.resource }, button);
   }
 
   renderChat() {
@@ -426,7 +476,10 @@ class App {
     $("heading").textContent = title;
     $("session-title").textContent = title;
     const agent = this.agents().find((a) => a.provider === session.provider);
-    $("session-meta").textContent = `${agent ? agent.displayName || agent.provider : session.provider} · ${statusWord(session.status)}${session.lifecycle === "creationFailed" ? " · creation failed" : ""}`;
+    // the summary's status aggregates the chats' (the session state's does not)
+    const summary = this.sessions.get(this.session);
+    const status = summary ? summary.status : session.status;
+    $("session-meta").textContent = `${agent ? agent.displayName || agent.provider : session.provider} · ${statusWord(status)}${session.lifecycle === "creationFailed" ? " · creation failed" : ""}`;
     const select = $("chat-select");
     const options = session.chats.map((c, n) => {
       const origin = c.origin && c.origin.kind !== "user" ? ` (${c.origin.kind === "sideChat" ? "side chat" : c.origin.kind})` : "";
@@ -463,24 +516,36 @@ class App {
     const list = $("transcript");
     const atBottom = list.scrollHeight - list.scrollTop - list.clientHeight < 40;
     const items = [];
-    for (const turn of chat.turns) items.push(this.renderTurn(turn, false));
+    // a finished turn does not change: its node is made once
+    for (const turn of chat.turns) {
+      items.push(this.turnNodes.get(`${this.chat}|${turn.id}`, `done|${turn.state}|${turn.responseParts.length}`, () => this.renderTurn(turn, false)));
+    }
     if (chat.activeTurn) items.push(this.renderTurn(chat.activeTurn, true));
-    list.replaceChildren(...items);
+    this.turnNodes.sweep();
+    syncChildren(list, items);
+    this.partNodes.sweep();
     if (atBottom) list.scrollTop = list.scrollHeight;
   }
 
   renderTurn(turn, active) {
-    const li = el("li", { className: `turn${active ? " active" : ""}`, "data-turn": turn.id });
-    li.append(el("div", { className: "message user" }, el("span", { className: "who", text: "You" }), el("div", { className: "text", text: turn.message.text })));
-    const reply = el("div", { className: "message agent" }, el("span", { className: "who", text: "Agent" }));
-    for (const part of turn.responseParts) {
-      const node = this.renderPart(turn, part, active);
-      if (node) reply.append(node);
-    }
-    if (active) reply.append(el("p", { className: "streaming", role: "status", text: "…" }));
-    else if (turn.state === "cancelled") reply.append(el("p", { className: "ended cancelled", text: "The turn was cancelled." }));
-    else if (turn.state === "error") reply.append(el("p", { className: "ended error", text: `The turn failed: ${turn.error ? turn.error.message : "an error"}` }));
-    li.append(reply);
+    const id = `${this.chat}|${turn.id}|${active ? "active" : "done"}`;
+    const li = this.turnNodes.get(`${id}|li`, "", () => {
+      const node = el("li", { className: `turn${active ? " active" : ""}`, "data-turn": turn.id });
+      node.append(el("div", { className: "message user" }, el("span", { className: "who", text: "You" }), el("div", { className: "text", text: turn.message.text })),
+        el("div", { className: "message agent" }));
+      return node;
+    });
+    const reply = li.lastElementChild;
+    const nodes = [this.partNodes.get(`${id}|who`, "", () => el("span", { className: "who", text: "Agent" }))];
+    turn.responseParts.forEach((part, n) => {
+      const key = JSON.stringify(part);
+      const node = this.partNodes.get(`${id}|${n}`, key, () => this.renderPart(turn, part, active));
+      if (node) nodes.push(node);
+    });
+    if (active) nodes.push(this.partNodes.get(`${id}|streaming`, "", () => el("p", { className: "streaming", role: "status", text: "…" })));
+    else if (turn.state === "cancelled") nodes.push(el("p", { className: "ended cancelled", text: "The turn was cancelled." }));
+    else if (turn.state === "error") nodes.push(el("p", { className: "ended error", text: `The turn failed: ${turn.error ? turn.error.message : "an error"}` }));
+    syncChildren(reply, nodes);
     return li;
   }
 
@@ -563,7 +628,13 @@ class App {
         const answer = answers[q.id];
         let text = "(no answer)";
         if (answer && answer.state === "skipped") text = "(skipped)";
-        else if (answer && answer.value) text = Array.isArray(answer.value.value) ? answer.value.value.join(", ") : String(answer.value.value);
+        else if (answer && answer.value) {
+          // a choice by its label, as it was offered
+          const label = (id) => ((q.options || []).find((o) => o.id === id) || { label: id }).label;
+          const value = answer.value.value;
+          text = Array.isArray(value) ? value.map(label).join(", ") : answer.value.kind === "selected" ? label(value) : String(value);
+          if (answer.value.freeformValues) text += ` (${answer.value.freeformValues.join(", ")})`;
+        }
         done.append(el("p", { className: "answer" }, el("span", { className: "label", text: `${q.title || q.message}: ` }), el("span", { text })));
       }
       done.append(el("p", { className: "meta", text: part.response === undefined ? "not answered" : part.response === "accept" ? "answered" : `${part.response}d` }));
@@ -577,7 +648,7 @@ class App {
   }
 
   buildRequestForm(request) {
-    const form = el("form", { className: "input-request", "aria-label": request.message || "Question", "data-request": request.id });
+    const form = el("form", { className: "input-request", novalidate: true, "aria-label": request.message || "Question", "data-request": request.id });
     if (request.message) form.append(el("p", { className: "request-message", text: request.message }));
     if (request.url) {
       const href = safeUrl(request.url);

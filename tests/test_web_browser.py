@@ -1,0 +1,449 @@
+"""The web client in a real browser (Debian's Chromium, driven by Playwright), against
+real ``serve`` subprocesses: the demo agent and an agent of the agent API
+(``tests/web_agent.py``).  One ``serve`` per agent for the module (the tests use sessions
+of their own); the restart test has its own.  The screenshots of docs/web.md are written
+here (docs/web/*.png)."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import http.server
+import json
+import re
+import socket
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from agenthost_protocol.agent.demo import APPROVED_TEXT, DENIED_TEXT
+
+from ._browser import browser  # noqa: F401  (a fixture)
+from ._web_serve import REPO, Served, serve
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser, BrowserContext, Page
+
+TIMEOUT_MS = 15_000
+SHOTS = REPO / "docs" / "web"
+DESKTOP = {"width": 1100, "height": 700}
+PHONE = {"width": 390, "height": 844}
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    tmp = tmp_path_factory.mktemp("web-demo")
+    with serve(["--store", str(tmp / "demo.sqlite3"), "--step-delay", "0.01"], tmp) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def webtest(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    tmp = tmp_path_factory.mktemp("web-agent")
+    with serve(["--store", str(tmp / "agent.sqlite3"), "--agent", "tests.web_agent:agent"],
+               tmp) as s:
+        yield s
+
+
+class Pages:
+    """A browser context whose pages are watched: any script error fails the test."""
+
+    def __init__(self, browser: Browser, **options: Any) -> None:
+        self.context: BrowserContext = browser.new_context(**options)
+        self.context.set_default_timeout(TIMEOUT_MS)
+        self.errors: list[str] = []
+        self.requests: list[str] = []
+
+    def open(self, url: str, *, connected: bool = True) -> Page:
+        page = self.context.new_page()
+        page.on("pageerror", lambda error: self.errors.append(str(error)))
+        page.on("request", lambda request: self.requests.append(request.url))
+        page.goto(url)
+        if connected:
+            wait_connected(page)
+        return page
+
+    def close(self) -> None:
+        self.context.close()
+
+
+@pytest.fixture
+def pages(browser: Browser) -> Iterator[Callable[..., Pages]]:  # noqa: F811
+    made: list[Pages] = []
+
+    def make(**options: Any) -> Pages:
+        made.append(Pages(browser, **{"viewport": DESKTOP, **options}))
+        return made[-1]
+
+    yield make
+    for p in made:
+        p.close()
+    for p in made:
+        assert not p.errors, p.errors
+
+
+def expect(locator: Any) -> Any:
+    from playwright.sync_api import expect as _expect
+
+    return _expect(locator)
+
+
+def wait_connected(page: Page) -> None:
+    expect(page.locator("#connection")).to_have_attribute("data-status", "connected")
+
+
+def new_session(page: Page) -> str:
+    """Start a session with the one agent; its URI."""
+    before = page.evaluate("window.ahpClient.session")
+    page.get_by_role("button", name="New session", exact=True).click()
+    page.wait_for_function("(old) => window.ahpClient.chat && window.ahpClient.session !== old",
+                           arg=before)
+    return str(page.evaluate("window.ahpClient.session"))
+
+
+def say(page: Page, text: str) -> None:
+    box = page.get_by_role("textbox", name="Message")
+    box.fill(text)
+    box.press("Enter")
+
+
+def last_turn(page: Page) -> Any:
+    return page.locator("#transcript > li.turn").last
+
+
+def shot(page: Page, name: str) -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / name))
+
+
+# -- the host's own view, for comparison --------------------------------------------------
+
+
+def host_states(served: Served, channels: list[str]) -> dict[str, Any]:
+    """What a fresh Python client gets subscribing to ``channels`` now."""
+    from websockets.sync.client import connect
+
+    with connect(served.ws_url, open_timeout=10) as ws:
+        ws.send(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "channel": "ahp-root://", "protocolVersions": ["0.7.0"],
+            "clientId": f"py-{uuid.uuid4()}", "initialSubscriptions": channels}}))
+        while True:
+            message = json.loads(ws.recv(timeout=10))
+            if message.get("id") == 1:
+                break
+    return {s["resource"]: s["state"] for s in message["result"]["snapshots"]}
+
+
+def without_clock(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: without_clock(v) for k, v in value.items() if k != "modifiedAt"}
+    if isinstance(value, list):
+        return [without_clock(v) for v in value]
+    return value
+
+
+def assert_page_equals_host(page: Page, served: Served) -> None:
+    """The page's reconciled state of its session, chat and root equals the host's."""
+    channels = page.evaluate("[window.ahpClient.session, window.ahpClient.chat, 'ahp-root://']")
+    host = host_states(served, channels)
+    for channel in channels:
+        mine = page.evaluate("(c) => ({confirmed: window.ahpClient.confirmed(c), "
+                             "optimistic: window.ahpClient.state(c), "
+                             "pending: window.ahpClient.pending(c).length})", channel)
+        assert mine["pending"] == 0, channel
+        assert without_clock(mine["confirmed"]) == without_clock(host[channel]), channel
+        assert mine["optimistic"] == mine["confirmed"], channel
+
+
+# -- the demo agent --------------------------------------------------------------------
+
+
+def test_a_whole_turn_streams_asks_and_ends(pages: Callable[..., Pages], demo: Served) -> None:
+    p = pages()
+    page = p.open(demo.web_url)
+    # the token left the address bar, kept for this tab only
+    assert "token" not in page.url
+    assert page.evaluate("sessionStorage.getItem('ahp-token')") == demo.token
+    new_session(page)
+    say(page, "Hello, *web* page")
+    turn = last_turn(page)
+    expect(turn.locator(".message.user")).to_contain_text("Hello, *web* page")
+    # the reply streams in before the confirmation: the reasoning folded, the quote rendered
+    expect(turn.locator("details.folded summary", has_text="Reasoning")).to_be_visible()
+    expect(turn.locator(".markdown blockquote em")).to_have_text("web")
+    approve = page.get_by_role("button", name="Approve", exact=True)
+    expect(approve).to_be_visible()
+    expect(turn.locator(".tool")).to_have_attribute("data-status", "pending-confirmation")
+    expect(page.locator(f"#sessions li[data-session] .badge")).to_have_text("needs input")
+    shot(page, "confirmation.png")
+    approve.click()
+    expect(turn.locator(".markdown").last).to_contain_text(APPROVED_TEXT.replace("`", ""))
+    expect(turn.locator(".tool")).to_have_attribute("data-status", "completed")
+    expect(turn.locator(".streaming")).to_have_count(0)
+    expect(page.get_by_role("button", name="Approve", exact=True)).to_have_count(0)
+    turn.locator(".tool summary", has_text="Input").click()
+    expect(turn.locator(".tool-input")).to_contain_text("Hello, *web* page")
+    shot(page, "chat.png")
+    # what the Inspector reads: the action log and the settled write-ahead actions
+    log = page.evaluate("window.ahpClient.log.slice(-3)")
+    assert all({"serverSeq", "channel", "type", "origin", "time"} <= set(e) for e in log)
+    settled = page.evaluate("window.ahpClient.settled")
+    assert [s["type"] for s in settled] == ["chat/turnStarted", "chat/toolCallConfirmed"]
+    assert {s["fate"] for s in settled} == {"confirmed"}
+    assert_page_equals_host(page, demo)
+
+
+def test_deny(pages: Callable[..., Pages], demo: Served) -> None:
+    page = pages().open(demo.web_url)
+    new_session(page)
+    say(page, "deny this one")
+    page.get_by_role("button", name="Deny", exact=True).click()
+    turn = last_turn(page)
+    expect(turn.locator(".markdown").last).to_contain_text(DENIED_TEXT.replace("`", ""))
+    expect(turn.locator(".tool")).to_have_attribute("data-status", "cancelled")
+    expect(turn.locator(".tool-status")).to_have_text("denied")
+    assert_page_equals_host(page, demo)
+
+
+def test_cancel_and_queue(pages: Callable[..., Pages], demo: Served) -> None:
+    page = pages().open(demo.web_url)
+    new_session(page)
+    say(page, "first")
+    expect(page.get_by_role("button", name="Approve", exact=True)).to_be_visible()
+    # a message sent while the turn runs waits in the queue
+    say(page, "second, queued")
+    expect(page.locator("#queued")).to_contain_text("second, queued")
+    page.get_by_role("button", name="Cancel turn", exact=True).click()
+    turns = page.locator("#transcript > li.turn")
+    expect(turns.first.locator(".ended.cancelled")).to_be_visible()
+    expect(turns.first.locator(".tool")).to_have_attribute("data-status", "cancelled")
+    # the queued message starts the next turn
+    expect(turns).to_have_count(2)
+    expect(turns.last.locator(".message.user .text")).to_have_text("second, queued")
+    expect(page.locator("#queued")).to_be_hidden()
+    page.get_by_role("button", name="Approve", exact=True).click()
+    expect(turns.last.locator(".tool")).to_have_attribute("data-status", "completed")
+    assert_page_equals_host(page, demo)
+
+
+def test_a_second_tab_converges(pages: Callable[..., Pages], demo: Served) -> None:
+    p = pages()
+    one = p.open(demo.web_url)
+    session = new_session(one)
+    two = p.open(demo.web_url)
+    # the list is live: the session is there, and marked while it waits
+    say(one, "from tab one")
+    entry = two.locator(f"#sessions li[data-session='{session}']")
+    expect(entry.locator(".badge")).to_have_text("needs input")
+    entry.get_by_role("button").click()
+    expect(last_turn(two).locator(".message.user")).to_contain_text("from tab one")
+    # the other tab approves; both end in the same state
+    two.get_by_role("button", name="Approve", exact=True).click()
+    for page in (one, two):
+        expect(last_turn(page).locator(".tool")).to_have_attribute("data-status", "completed")
+        expect(last_turn(page).locator(".markdown").last).to_contain_text("Done.")
+    assert one.locator("#transcript").inner_text() == two.locator("#transcript").inner_text()
+    one_state = one.evaluate("(c) => window.ahpClient.confirmed(c)", one.evaluate(
+        "window.ahpClient.chat"))
+    two_state = two.evaluate("(c) => window.ahpClient.confirmed(c)", one.evaluate(
+        "window.ahpClient.chat"))
+    assert without_clock(one_state) == without_clock(two_state)
+    assert_page_equals_host(two, demo)
+    # dispose (two clicks): the other tab's list drops it too
+    one.get_by_role("button", name="Dispose session", exact=True).click()
+    one.get_by_role("button", name="Confirm dispose", exact=True).click()
+    expect(two.locator(f"#sessions li[data-session='{session}']")).to_have_count(0)
+    expect(one.locator(f"#sessions li[data-session='{session}']")).to_have_count(0)
+    expect(two.locator("#empty")).to_be_visible()
+
+
+def test_a_wrong_token_is_shown_as_such(pages: Callable[..., Pages], demo: Served) -> None:
+    p = pages()
+    page = p.open(f"{demo.origin}/#token=not-the-token", connected=False)
+    status = page.locator("#connection")
+    expect(status).to_have_attribute("data-status", "refused")
+    expect(status).to_contain_text("refused this page's access token")
+    shot(page, "refused.png")
+    bare = pages().open(f"{demo.origin}/", connected=False)
+    expect(bare.locator("#connection")).to_contain_text("no access token")
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def other_origin(root: Path) -> Iterator[str]:
+    """A plain page served from another origin (another port of 127.0.0.1)."""
+    (root / "index.html").write_text("<!doctype html><title>elsewhere</title>")
+    handler = functools.partial(_Quiet, directory=str(root))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+
+
+OPEN_WS = """(url) => new Promise((done) => {
+  const ws = new WebSocket(url);
+  ws.onopen = () => { done("open"); ws.close(); };
+  ws.onerror = () => done("refused");
+  setTimeout(() => done("timeout"), 8000);
+})"""
+
+
+def test_another_origin_is_refused(pages: Callable[..., Pages], demo: Served,
+                                   tmp_path: Path) -> None:
+    p = pages()
+    with other_origin(tmp_path) as url:
+        elsewhere = p.open(url, connected=False)
+        # the right token, from the wrong page
+        assert elsewhere.evaluate(OPEN_WS, demo.ws_url) == "refused"
+    own = p.open(demo.web_url)
+    assert own.evaluate(OPEN_WS, demo.ws_url) == "open"
+
+
+def test_the_phone_sized_layout(pages: Callable[..., Pages], demo: Served) -> None:
+    p = pages(viewport=PHONE, is_mobile=True, has_touch=True)
+    page = p.open(demo.web_url)
+    expect(page.get_by_role("list", name="Sessions")).to_be_visible()
+    shot(page, "phone-sessions.png")
+    new_session(page)
+    # the list folds away behind the menu once a session is open
+    expect(page.get_by_role("button", name="New session", exact=True)).not_to_be_in_viewport()
+    say(page, "from a phone")
+    page.get_by_role("button", name="Approve", exact=True).click()
+    expect(last_turn(page).locator(".tool")).to_have_attribute("data-status", "completed")
+    expect(last_turn(page).locator(".markdown").last).to_contain_text("Done.")
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= PHONE["width"], width
+    for name in ("Message", ):
+        box = page.get_by_role("textbox", name=name).bounding_box()
+        assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= PHONE["width"]
+    shot(page, "phone-chat.png")
+    page.get_by_role("button", name="Sessions list", exact=True).click()
+    expect(page.get_by_role("button", name="New session", exact=True)).to_be_in_viewport()
+
+
+def test_the_host_restarts_and_the_tab_reconnects(pages: Callable[..., Pages],
+                                                  tmp_path: Path) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    store = tmp_path / "restart.sqlite3"
+    args = ["--store", str(store), "--step-delay", "0.01"]
+    p = pages()
+    with serve(args, tmp_path, port=port) as first:
+        page = p.open(first.web_url)
+        new_session(page)
+        say(page, "before the restart")
+        page.get_by_role("button", name="Approve", exact=True).click()
+        expect(last_turn(page).locator(".markdown").last).to_contain_text("Done.")
+        before = page.locator("#transcript").inner_text()
+    # the host is gone: the page says so and keeps trying
+    expect(page.locator("#connection")).to_have_attribute("data-status", "reconnecting")
+    expect(page.locator("#connection")).to_contain_text("reconnecting")
+    with serve(args, tmp_path, port=port) as second:
+        expect(page.locator("#connection")).to_contain_text("reconnected", timeout=20_000)
+        wait_connected(page)
+        assert page.locator("#transcript").inner_text() == before
+        assert_page_equals_host(page, second)
+        # and it goes on
+        say(page, "after the restart")
+        page.get_by_role("button", name="Approve", exact=True).click()
+        expect(last_turn(page).locator(".markdown").last).to_contain_text("Done.")
+        assert_page_equals_host(page, second)
+
+
+# -- an agent of the agent API -------------------------------------------------------------
+
+
+def test_every_question_kind_answered(pages: Callable[..., Pages], webtest: Served) -> None:
+    page = pages().open(webtest.web_url)
+    new_session(page)
+    say(page, "ask me")
+    form = page.locator("form.input-request")
+    expect(form).to_be_visible()
+    form.get_by_label("Your name?").fill("Ada")
+    form.get_by_label("How many?").fill("3")
+    form.get_by_label("Which ratio?").fill("0.5")
+    form.get_by_label("Are you sure?").check()
+    form.get_by_label("Blue").check()
+    form.get_by_label("Saw").check()
+    form.get_by_label("File").check()
+    shot(page, "questions.png")
+    form.get_by_role("button", name="Submit answer", exact=True).click()
+    code = last_turn(page).locator(".markdown pre code")
+    expect(code).to_contain_text('"response": "accept"')
+    got = json.loads(code.inner_text())
+    values = {k: v["value"]["value"] for k, v in got["answers"].items()}
+    assert values == {"name": "Ada", "count": 3, "ratio": 0.5, "sure": True, "color": "blue",
+                      "tools": ["saw", "file"]}
+    assert {v["state"] for v in got["answers"].values()} == {"submitted"}
+    expect(last_turn(page).locator(".tool")).to_have_attribute("data-status", "completed")
+    expect(last_turn(page).locator(".input-request.done")).to_contain_text("Ada")
+    assert_page_equals_host(page, webtest)
+
+
+def test_a_question_declined_and_a_bad_number_refused(pages: Callable[..., Pages],
+                                                       webtest: Served) -> None:
+    page = pages().open(webtest.web_url)
+    new_session(page)
+    say(page, "ask again")
+    form = page.locator("form.input-request")
+    form.get_by_label("How many?").fill("2.5")
+    form.get_by_role("button", name="Submit answer", exact=True).click()
+    expect(form.get_by_role("alert")).to_contain_text("whole number")
+    form.get_by_role("button", name="Decline", exact=True).click()
+    expect(last_turn(page).locator(".markdown pre code")).to_contain_text('"response": "decline"')
+
+
+def test_hostile_agent_text_runs_nothing(pages: Callable[..., Pages], webtest: Served) -> None:
+    p = pages()
+    page = p.open(webtest.web_url)
+    new_session(page)
+    say(page, "hostile <img src=x onerror=\"window.__pwned=['user']\">")
+    form = page.locator("form.input-request")
+    expect(form).to_be_visible()
+    turn = last_turn(page)
+    expect(turn.locator(".tool")).to_have_attribute("data-status", "completed")
+    # open every fold, hover everything: no handler may fire
+    for summary in turn.locator("summary").all():
+        summary.click()
+    for node in turn.locator("b, a, span, p").all()[:40]:
+        with contextlib.suppress(Exception):
+            node.hover(timeout=500)
+    form.get_by_role("radio").check()
+    form.get_by_role("button", name="Submit answer", exact=True).click()
+    expect(turn.locator(".input-request.done")).to_be_visible()
+    shot(page, "hostile.png")
+    assert page.evaluate("window.__pwned") is None
+    # no element an agent's text could have made
+    for tag in ("script", "img", "svg", "iframe", "object", "embed", "details[ontoggle]",
+                "[onerror]", "[onload]", "[onmouseover]", "[ontoggle]"):
+        assert page.locator(f"#transcript {tag}").count() == 0, tag
+        assert page.locator(f"#sessions {tag}").count() == 0, tag
+    hrefs = page.locator("#transcript a").evaluate_all("(as) => as.map((a) => a.href)")
+    assert hrefs, "the safe links are links"
+    assert all(re.match(r"^(https?:|mailto:)", h) for h in hrefs), hrefs
+    assert "https://example.org/ok" in hrefs
+    rels = page.locator("#transcript a").evaluate_all("(as) => as.map((a) => a.rel)")
+    assert set(rels) == {"noopener noreferrer"}
+    # the HTML is there as text, the code block as code
+    text = turn.inner_text()
+    assert "<script>" in text and "onerror" in text
+    expect(turn.locator("pre code")).to_contain_text("<script>alert('in a code block')")
+    # a network image is a link to click, never loaded
+    expect(turn.locator("a.image-link")).to_contain_text("a network image")
+    assert not [u for u in p.requests if "never-loaded" in u or ":9/" in u], p.requests
+    expect(page.locator("#session-title")).to_have_text(re.compile("^<img src=x onerror="))
+    assert_page_equals_host(page, webtest)

@@ -96,10 +96,14 @@ def wait_connected(page: Page) -> None:
     expect(page.locator("#connection")).to_have_attribute("data-status", "connected")
 
 
-def new_session(page: Page) -> str:
-    """Start a session with the one agent; its URI."""
+def new_session(page: Page, model: str | None = None) -> str:
+    """Start a session (with ``model``, where the agent offers a choice); its URI."""
     before = page.evaluate("window.ahpClient.session")
     page.get_by_role("button", name="New session", exact=True).click()
+    if model is not None:
+        dialog = page.get_by_role("dialog", name="New session")
+        dialog.get_by_label("Model").select_option(model)
+        dialog.get_by_role("button", name="Create", exact=True).click()
     page.wait_for_function("(old) => window.ahpClient.chat && window.ahpClient.session !== old",
                            arg=before)
     return str(page.evaluate("window.ahpClient.session"))
@@ -369,7 +373,7 @@ def test_the_host_restarts_and_the_tab_reconnects(pages: Callable[..., Pages],
 
 def test_every_question_kind_answered(pages: Callable[..., Pages], webtest: Served) -> None:
     page = pages().open(webtest.web_url)
-    new_session(page)
+    new_session(page, "quick")
     say(page, "ask me")
     form = page.locator("form.input-request")
     expect(form).to_be_visible()
@@ -389,6 +393,7 @@ def test_every_question_kind_answered(pages: Callable[..., Pages], webtest: Serv
     assert values == {"name": "Ada", "count": 3, "ratio": 0.5, "sure": True, "color": "blue",
                       "tools": ["saw", "file"]}
     assert {v["state"] for v in got["answers"].values()} == {"submitted"}
+    assert got["model"] == "quick"  # as chosen in the dialog
     expect(last_turn(page).locator(".tool")).to_have_attribute("data-status", "completed")
     expect(last_turn(page).locator(".input-request.done")).to_contain_text("Ada")
     assert_page_equals_host(page, webtest)
@@ -397,20 +402,22 @@ def test_every_question_kind_answered(pages: Callable[..., Pages], webtest: Serv
 def test_a_question_declined_and_a_bad_number_refused(pages: Callable[..., Pages],
                                                        webtest: Served) -> None:
     page = pages().open(webtest.web_url)
-    new_session(page)
+    new_session(page, "careful")
     say(page, "ask again")
     form = page.locator("form.input-request")
     form.get_by_label("How many?").fill("2.5")
     form.get_by_role("button", name="Submit answer", exact=True).click()
     expect(form.get_by_role("alert")).to_contain_text("whole number")
     form.get_by_role("button", name="Decline", exact=True).click()
-    expect(last_turn(page).locator(".markdown pre code")).to_contain_text('"response": "decline"')
+    code = last_turn(page).locator(".markdown pre code")
+    expect(code).to_contain_text('"response": "decline"')
+    assert json.loads(code.inner_text())["model"] == "careful"
 
 
 def test_hostile_agent_text_runs_nothing(pages: Callable[..., Pages], webtest: Served) -> None:
     p = pages()
     page = p.open(webtest.web_url)
-    new_session(page)
+    new_session(page, "careful")
     say(page, "hostile <img src=x onerror=\"window.__pwned=['user']\">")
     form = page.locator("form.input-request")
     expect(form).to_be_visible()

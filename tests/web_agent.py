@@ -54,6 +54,7 @@ class WebTestAgent(Agent):
     provider = "webtest"
     display_name = "Web test agent"
     description = "Asks every kind of question, or plays hostile text."
+    models = ("careful", "quick")  # a choice: the page's "New session" opens its dialog
 
     async def turn(self, turn: Turn) -> None:
         if turn.text.startswith("hostile"):
@@ -63,7 +64,7 @@ class WebTestAgent(Agent):
         answers = {key: wire.unstructure(value) for key, value in (answer.answers or {}).items()}
         await turn.stream("Answers:\n\n```json\n" + json.dumps(
             {"response": str(getattr(answer.response, "value", answer.response)),
-             "answers": answers}, sort_keys=True) + "\n```\n")
+             "answers": answers, "model": turn.model}, sort_keys=True) + "\n```\n")
         call = await turn.tool("lookup", {"q": turn.text}, display_name="Lookup")
         await call.complete("found it", past_tense="Looked it up")
 

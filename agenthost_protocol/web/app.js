@@ -387,7 +387,9 @@ class App {
     const chat = this.chatState();
     if (!text.trim() || !chat) return;
     const message = { text, origin: { kind: "user" } };
-    const model = this.models.get(this.session);
+    // the model chosen at creation, else the one the chat's last message went with
+    const last = chat.activeTurn || chat.turns[chat.turns.length - 1];
+    const model = this.models.get(this.session) || (last && last.message.model && last.message.model.id);
     if (model) message.model = { id: model };
     if (chat.activeTurn) {
       // a turn runs: the message waits in the queue and starts when the turn ends

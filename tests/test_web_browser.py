@@ -52,8 +52,8 @@ def webtest(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
 class Pages:
     """A browser context whose pages are watched: any script error fails the test."""
 
-    def __init__(self, browser: Browser, **options: Any) -> None:
-        self.context: BrowserContext = browser.new_context(**options)
+    def __init__(self, chromium: Browser, **options: Any) -> None:
+        self.context: BrowserContext = chromium.new_context(**options)
         self.context.set_default_timeout(TIMEOUT_MS)
         self.errors: list[str] = []
         self.requests: list[str] = []
@@ -172,7 +172,7 @@ def test_a_whole_turn_streams_asks_and_ends(pages: Callable[..., Pages], demo: S
     # the token left the address bar, kept for this tab only
     assert "token" not in page.url
     assert page.evaluate("sessionStorage.getItem('ahp-token')") == demo.token
-    new_session(page)
+    session = new_session(page)
     say(page, "Hello, *web* page")
     turn = last_turn(page)
     expect(turn.locator(".message.user")).to_contain_text("Hello, *web* page")
@@ -182,7 +182,8 @@ def test_a_whole_turn_streams_asks_and_ends(pages: Callable[..., Pages], demo: S
     approve = page.get_by_role("button", name="Approve", exact=True)
     expect(approve).to_be_visible()
     expect(turn.locator(".tool")).to_have_attribute("data-status", "pending-confirmation")
-    expect(page.locator(f"#sessions li[data-session] .badge")).to_have_text("needs input")
+    expect(page.locator(f"#sessions li[data-session='{session}'] .badge")).to_have_text(
+        "needs input")
     shot(page, "confirmation.png")
     approve.click()
     expect(turn.locator(".markdown").last).to_contain_text(APPROVED_TEXT.replace("`", ""))
@@ -454,3 +455,142 @@ def test_hostile_agent_text_runs_nothing(pages: Callable[..., Pages], webtest: S
     assert not [u for u in p.requests if "never-loaded" in u or ":9/" in u], p.requests
     expect(page.locator("#session-title")).to_have_text(re.compile("^<img src=x onerror="))
     assert_page_equals_host(page, webtest)
+
+
+# -- the Markdown renderer alone, in the page ----------------------------------------------
+
+RENDER = """async (texts) => {
+  const { renderMarkdown } = await import("/markdown.js");
+  const out = [];
+  for (const text of texts) {
+    const box = document.createElement("div");
+    box.append(renderMarkdown(text, document));
+    const tags = [...box.querySelectorAll("*")].map((e) => e.tagName.toLowerCase());
+    const attributes = [...box.querySelectorAll("*")]
+      .flatMap((e) => [...e.attributes].map((a) => a.name));
+    const links = [...box.querySelectorAll("a")].map((a) => a.getAttribute("href"));
+    out.push({ tags, attributes, links, text: box.textContent, html: box.innerHTML });
+  }
+  return out;
+}"""
+
+HOSTILE_MARKDOWN = [
+    "<script>window.__pwned=1</script>",
+    "<img src=x onerror=window.__pwned=1>",
+    "[x](javascript:window.__pwned=1)",
+    "[x]( JAVASCRIPT:window.__pwned=1)",
+    "[x](java\tscript:window.__pwned=1)",
+    "[x](vbscript:msgbox)",
+    "[x](data:text/html;base64,PHNjcmlwdD4=)",
+    "[x](/relative/path)",
+    "[x](//evil.example/x)",
+    "<javascript:window.__pwned=1>",
+    "<svg><script>window.__pwned=1</script></svg>",
+    "**<iframe src=javascript:1>**",
+    "> <style>body{display:none}</style>",
+    "![x](https://evil.example/pixel.png)",
+    "![x](javascript:window.__pwned=1)",
+    "| a | b |\n|---|---|\n| <img src=x onerror=1> | [y](javascript:1) |",
+    "- <a href=javascript:1>list</a>\n- [ok](https://ok.example/)",
+    "```\n</code></pre><script>1</script>\n```",
+    "*" * 5000 + "[" * 3000 + "x",
+]
+
+
+def test_markdown_renders_hostile_text_as_text(pages: Callable[..., Pages],
+                                                demo: Served) -> None:
+    p = pages()
+    page = p.open(demo.web_url)
+    results = page.evaluate(RENDER, HOSTILE_MARKDOWN)
+    allowed = {"p", "br", "strong", "em", "del", "code", "pre", "a", "blockquote", "ul", "ol",
+               "li", "table", "thead", "tbody", "tr", "th", "td", "h3", "h4", "h5", "h6", "hr"}
+    for text, got in zip(HOSTILE_MARKDOWN, results, strict=True):
+        assert set(got["tags"]) <= allowed, (text, got["html"])
+        assert set(got["attributes"]) <= {"href", "rel", "target", "referrerpolicy", "class",
+                                          "start", "data-language"}, (text, got["html"])
+        for href in got["links"]:
+            assert re.match(r"^(https?|mailto):", href), (text, href)
+    # the text is all there, as text
+    assert results[0]["text"] == HOSTILE_MARKDOWN[0]
+    assert "onerror" in results[1]["text"]
+    # only the safe links are links; an image is a link to open, not an <img>
+    assert [r["links"] for r in results[2:10]] == [[]] * 8
+    assert results[13]["links"] == ["https://evil.example/pixel.png"]
+    assert results[16]["links"] == ["https://ok.example/"]
+    assert page.evaluate("window.__pwned") is None
+    assert not [u for u in p.requests if "evil.example" in u]
+
+
+def test_markdown_renders_what_agents_write(pages: Callable[..., Pages], demo: Served) -> None:
+    page = pages().open(demo.web_url)
+    [got] = page.evaluate(RENDER, ["# Title\n\nSome **bold**, *em*, `code` and a "
+                                   "[link](https://example.org/a?b=1).\n\n"
+                                   "1. one\n2. two\n   - nested\n\n> quoted\n\n"
+                                   "```python\nprint('x')\n```\n\n| a | b |\n|---|---|\n| 1 | 2 |"
+                                   "\n\n---\nsee https://example.org/plain."])
+    assert got["html"].startswith("<h3>Title</h3><p>Some <strong>bold</strong>, <em>em</em>, "
+                                  "<code>code</code> and a <a href=\"https://example.org/a?b=1\"")
+    for fragment in ("<ol><li><p>one</p></li><li><p>two</p><ul><li><p>nested</p></li></ul>",
+                     "<blockquote><p>quoted</p></blockquote>",
+                     "<pre><code data-language=\"python\">print('x')</code></pre>",
+                     "<th>a</th>", "<td>2</td>", "<hr>",
+                     "<a href=\"https://example.org/plain\""):
+        assert fragment in got["html"], (fragment, got["html"])
+
+
+def test_the_session_list_is_paged(pages: Callable[..., Pages], demo: Served) -> None:
+    from websockets.sync.client import connect
+
+    with connect(demo.ws_url, open_timeout=10) as ws:
+        ws.send(json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "channel": "ahp-root://", "protocolVersions": ["0.7.0"],
+            "clientId": f"py-{uuid.uuid4()}"}}))
+        for n in range(1, 56):
+            ws.send(json.dumps({"jsonrpc": "2.0", "id": n, "method": "createSession", "params": {
+                "channel": f"ahp-session:/paged-{n}", "provider": "demo"}}))
+        answered = set()
+        while len(answered) < 56:
+            message = json.loads(ws.recv(timeout=10))
+            if "id" in message:
+                assert "error" not in message, message
+                answered.add(message["id"])
+    page = pages().open(demo.web_url)
+    total = len(host_list(demo))
+    sessions = page.get_by_role("list", name="Sessions").get_by_role("listitem")
+    expect(sessions).to_have_count(50)
+    page.get_by_role("button", name="More sessions", exact=True).click()
+    expect(sessions).to_have_count(total)
+    expect(page.get_by_role("button", name="More sessions", exact=True)).to_be_hidden()
+    # the Inspector's place
+    page.get_by_role("button", name="Inspector", exact=True).click()
+    expect(page.get_by_role("region", name="Inspector")).to_be_visible()
+    expect(page.get_by_role("textbox", name="Message")).to_be_hidden()
+    page.get_by_role("button", name="Chat", exact=True).click()
+    expect(page.get_by_role("region", name="Inspector")).to_be_hidden()
+
+
+def host_list(served: Served) -> list[Any]:
+    """Every session the host lists, page after page."""
+    from websockets.sync.client import connect
+
+    items: list[Any] = []
+    with connect(served.ws_url, open_timeout=10) as ws:
+        ws.send(json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "channel": "ahp-root://", "protocolVersions": ["0.7.0"],
+            "clientId": f"py-{uuid.uuid4()}"}}))
+        cursor: str | None = None
+        for n in range(1, 100):
+            params: dict[str, Any] = {"channel": "ahp-root://", "limit": 100}
+            if cursor:
+                params["cursor"] = cursor
+            ws.send(json.dumps({"jsonrpc": "2.0", "id": n, "method": "listSessions",
+                                "params": params}))
+            while True:
+                message = json.loads(ws.recv(timeout=10))
+                if message.get("id") == n:
+                    break
+            items += message["result"]["items"]
+            cursor = message["result"].get("nextCursor")
+            if not cursor:
+                break
+    return items

@@ -55,6 +55,11 @@ class Pages:
     def __init__(self, chromium: Browser, **options: Any) -> None:
         self.context: BrowserContext = chromium.new_context(**options)
         self.context.set_default_timeout(TIMEOUT_MS)
+        # what the Content-Security-Policy blocked: nothing of the page's own may be
+        self.context.add_init_script(
+            "document.addEventListener('securitypolicyviolation', (e) => {"
+            " window.__csp = (window.__csp || []).concat("
+            "[e.violatedDirective + ' ' + e.blockedURI]); });")
         self.errors: list[str] = []
         self.requests: list[str] = []
 
@@ -68,6 +73,11 @@ class Pages:
         return page
 
     def close(self) -> None:
+        for page in self.context.pages:
+            with contextlib.suppress(Exception):
+                blocked = page.evaluate("window.__csp || []")
+                if blocked and page.url.startswith(("http://127.0.0.1", "http://localhost")):
+                    self.errors.append(f"CSP violations on {page.url}: {blocked}")
         self.context.close()
 
 
@@ -193,6 +203,9 @@ def test_a_whole_turn_streams_asks_and_ends(pages: Callable[..., Pages], demo: S
     turn.locator(".tool summary", has_text="Input").click()
     expect(turn.locator(".tool-input")).to_contain_text("Hello, *web* page")
     shot(page, "chat.png")
+    # it streamed: many deltas of one part, each an action of the log
+    deltas = page.evaluate("window.ahpClient.log.filter((e) => e.type === 'chat/delta').length")
+    assert deltas >= 3, deltas
     # what the Inspector reads: the action log and the settled write-ahead actions
     log = page.evaluate("window.ahpClient.log.slice(-3)")
     assert all({"serverSeq", "channel", "type", "origin", "time"} <= set(e) for e in log)

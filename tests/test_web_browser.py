@@ -213,6 +213,11 @@ def test_a_whole_turn_streams_asks_and_ends(pages: Callable[..., Pages], demo: S
     assert [s["type"] for s in settled] == ["chat/turnStarted", "chat/toolCallConfirmed"]
     assert {s["fate"] for s in settled} == {"confirmed"}
     assert_page_equals_host(page, demo)
+    # a reload keeps the tab's token and opens the same session again
+    page.reload()
+    wait_connected(page)
+    expect(last_turn(page).locator(".tool")).to_have_attribute("data-status", "completed")
+    assert page.evaluate("window.ahpClient.session") == session
 
 
 def test_deny(pages: Callable[..., Pages], demo: Served) -> None:

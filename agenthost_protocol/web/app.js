@@ -317,6 +317,9 @@ class App {
     this.session = uri;
     this.chat = null;
     this.disposeArmed = false;
+    this.notice("");
+    // a reload of the tab opens the same session again
+    history.replaceState(null, "", `${location.pathname}?session=${encodeURIComponent(uri)}`);
     this.requestForms.clear();
     this.turnNodes.clear();
     this.partNodes.clear();
@@ -351,6 +354,7 @@ class App {
   closeSession() {
     this.session = null;
     this.chat = null;
+    history.replaceState(null, "", location.pathname);
     this.schedule();
   }
 

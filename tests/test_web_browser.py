@@ -566,7 +566,7 @@ def test_the_session_list_is_paged(pages: Callable[..., Pages], demo: Served) ->
         for n in range(1, 56):
             ws.send(json.dumps({"jsonrpc": "2.0", "id": n, "method": "createSession", "params": {
                 "channel": f"ahp-session:/paged-{n}", "provider": "demo"}}))
-        answered = set()
+        answered: set[int] = set()
         while len(answered) < 56:
             message = json.loads(ws.recv(timeout=10))
             if "id" in message:

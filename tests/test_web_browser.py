@@ -612,3 +612,47 @@ def host_list(served: Served) -> list[Any]:
             if not cursor:
                 break
     return items
+
+
+def test_the_sessions_other_chats(pages: Callable[..., Pages], demo: Served) -> None:
+    """A fork made on the page, and a side chat made by another client, are reachable."""
+    from websockets.sync.client import connect
+
+    page = pages().open(demo.web_url)
+    session = new_session(page)
+    say(page, "the source turn")
+    page.get_by_role("button", name="Approve", exact=True).click()
+    expect(last_turn(page).locator(".tool")).to_have_attribute("data-status", "completed")
+    source = page.evaluate("window.ahpClient.chat")
+    turn_id = last_turn(page).get_attribute("data-turn")
+    # another client opens a side chat of the same session
+    with connect(demo.ws_url, open_timeout=10) as ws:
+        ws.send(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "channel": "ahp-root://", "protocolVersions": ["0.7.0"],
+            "clientId": f"py-{uuid.uuid4()}"}}))
+        side = f"ahp-chat:/side-{uuid.uuid4()}"
+        ws.send(json.dumps({"jsonrpc": "2.0", "id": 2, "method": "createChat", "params": {
+            "channel": session, "chat": side,
+            "source": {"kind": "sideChat", "chat": source, "turnId": turn_id}}}))
+        while True:
+            message = json.loads(ws.recv(timeout=10))
+            if message.get("id") == 2:
+                assert "error" not in message, message
+                break
+    chats = page.get_by_role("combobox", name="Chat", exact=True)
+    expect(chats.locator("option")).to_have_count(2)
+    chats.select_option(side)
+    expect(page.locator("#transcript > li.turn")).to_have_count(0)  # a side chat starts empty
+    chats.select_option(source)
+    expect(last_turn(page).locator(".message.user")).to_contain_text("the source turn")
+    # a fork from a finished turn: its history copied, then its own
+    last_turn(page).get_by_role("button", name="Fork from this turn", exact=True).click()
+    expect(chats.locator("option")).to_have_count(3)
+    page.wait_for_function("(s) => window.ahpClient.chat !== s", arg=source)
+    expect(chats.locator("option:checked")).to_contain_text("(fork)")
+    expect(last_turn(page).locator(".message.user")).to_contain_text("the source turn")
+    say(page, "in the fork")
+    page.get_by_role("button", name="Approve", exact=True).click()
+    expect(page.locator("#transcript > li.turn")).to_have_count(2)
+    expect(last_turn(page).locator(".tool")).to_have_attribute("data-status", "completed")
+    assert_page_equals_host(page, demo)

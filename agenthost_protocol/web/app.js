@@ -351,6 +351,25 @@ class App {
     this.schedule();
   }
 
+  canFork() {
+    const session = this.session ? this.client.state(this.session) : undefined;
+    const agent = session && this.agents().find((a) => a.provider === session.provider);
+    const chats = agent && agent.capabilities && agent.capabilities.multipleChats;
+    return Boolean(chats && chats.fork);
+  }
+
+  // A new chat of the session with this chat's history through `turnId`.
+  async fork(turnId) {
+    const uri = `ahp-chat:/${newId()}`;
+    try {
+      await this.client.request("createChat", { channel: this.session, chat: uri, source: { kind: "fork", chat: this.chat, turnId } });
+    } catch (error) {
+      this.notice(`The host refused the fork: ${error.message}`);
+      return;
+    }
+    await this.openChat(uri);
+  }
+
   closeSession() {
     this.session = null;
     this.chat = null;
@@ -548,6 +567,11 @@ class App {
       const node = this.partNodes.get(`${id}|${n}`, key, () => this.renderPart(turn, part, active));
       if (node) nodes.push(node);
     });
+    if (!active && turn.state === "complete" && this.canFork()) {
+      nodes.push(el("div", { className: "turn-actions" }, el("button", {
+        type: "button", className: "fork", text: "Fork from this turn", onclick: () => this.fork(turn.id),
+      })));
+    }
     if (active) nodes.push(this.partNodes.get(`${id}|streaming`, "", () => el("p", { className: "streaming", role: "status", text: "…" })));
     else if (turn.state === "cancelled") nodes.push(el("p", { className: "ended cancelled", text: "The turn was cancelled." }));
     else if (turn.state === "error") nodes.push(el("p", { className: "ended error", text: `The turn failed: ${turn.error ? turn.error.message : "an error"}` }));

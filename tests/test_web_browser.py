@@ -418,6 +418,29 @@ def test_every_question_kind_answered(pages: Callable[..., Pages], webtest: Serv
     assert_page_equals_host(page, webtest)
 
 
+def test_an_agent_api_turn_approved_denied_cancelled(pages: Callable[..., Pages],
+                                                     webtest: Served) -> None:
+    page = pages().open(webtest.web_url)
+    new_session(page, "quick")
+    turns = page.locator("#transcript > li.turn")
+    for n, (button, status, text) in enumerate((
+            ("Approve", "completed", ["Working on it.", "Approved."]),
+            ("Deny", "cancelled", ["Working on it.", "Denied."]),
+            ("Cancel turn", "cancelled", None))):
+        say(page, f"confirm {n}")
+        expect(turns.nth(n).locator(".tool")).to_have_attribute("data-status",
+                                                                "pending-confirmation")
+        expect(turns.nth(n).locator(".confirm-title")).to_have_text("Write notes.txt?")
+        page.get_by_role("button", name=button, exact=True).click()
+        expect(turns.nth(n).locator(".tool")).to_have_attribute("data-status", status)
+        if text is not None:
+            expect(turns.nth(n).locator(".markdown")).to_have_text(text)
+        else:
+            expect(turns.nth(n).locator(".ended.cancelled")).to_be_visible()
+        expect(turns.nth(n).locator(".streaming")).to_have_count(0)
+    assert_page_equals_host(page, webtest)
+
+
 def test_a_question_declined_and_a_bad_number_refused(pages: Callable[..., Pages],
                                                        webtest: Served) -> None:
     page = pages().open(webtest.web_url)

@@ -219,3 +219,16 @@ def test_the_token_check(served: Served) -> None:
     assert request(served, "OPTIONS", "/token-check")[0] == 405
     origin = {"Origin": "http://evil.example", "Authorization": f"Bearer {TOKEN}"}
     assert request(served, "GET", "/token-check", origin)[0] == 403
+
+
+def test_the_package_files_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What is read at start is bounded, in count and in size, and not silently cut."""
+    from agenthost_protocol.aio import web
+
+    monkeypatch.setattr(web, "MAX_FILE_BYTES", 10)
+    with pytest.raises(ValueError, match="past the bounds"):
+        web.WebFiles()
+    monkeypatch.setattr(web, "MAX_FILE_BYTES", 4 * 1024 * 1024)
+    monkeypatch.setattr(web, "MAX_FILES", 2)
+    with pytest.raises(ValueError, match="past the bounds"):
+        web.WebFiles()

@@ -2,7 +2,8 @@
 
 A turn whose message starts with ``hostile`` plays :data:`HOSTILE`: markdown, a
 title, a tool call and a question carrying script and HTML every way an agent could
-try to get it into the page.  Any other turn asks one question of every kind, then
+try to get it into the page.  One that starts with ``confirm`` streams a sentence and
+runs a tool call that needs a confirmation.  Any other turn asks one question of every kind, then
 streams the answers it got back as JSON, and runs a tool call that needs no
 confirmation.
 """
@@ -60,6 +61,9 @@ class WebTestAgent(Agent):
         if turn.text.startswith("hostile"):
             await self.hostile(turn)
             return
+        if turn.text.startswith("confirm"):
+            await self.confirm(turn)
+            return
         answer = await turn.ask("A few questions", questions=QUESTIONS)
         answers = {key: wire.unstructure(value) for key, value in (answer.answers or {}).items()}
         await turn.stream("Answers:\n\n```json\n" + json.dumps(
@@ -67,6 +71,15 @@ class WebTestAgent(Agent):
              "answers": answers, "model": turn.model}, sort_keys=True) + "\n```\n")
         call = await turn.tool("lookup", {"q": turn.text}, display_name="Lookup")
         await call.complete("found it", past_tense="Looked it up")
+
+    async def confirm(self, turn: Turn) -> None:
+        for word in ("Working ", "on ", "it."):
+            await turn.stream(word)
+        call = await turn.tool("write", {"path": "notes.txt"}, display_name="Write a file",
+                               confirm=True, confirmation_title="Write notes.txt?")
+        if call.approved:
+            await call.complete("written", past_tense="Wrote notes.txt")
+        await turn.stream(" Approved." if call.approved else " Denied.")
 
     async def hostile(self, turn: Turn) -> None:
         await turn.title(HOSTILE_TITLE)

@@ -284,6 +284,30 @@ def test_a_second_tab_converges(pages: Callable[..., Pages], demo: Served) -> No
     expect(two.locator("#empty")).to_be_visible()
 
 
+def focus_by_tab(page: Page, name: str, *, backwards: bool = False) -> None:
+    """Press Tab (Shift+Tab) until the button ``name`` has the focus (bounded)."""
+    for _ in range(60):
+        if page.evaluate("document.activeElement && document.activeElement.textContent") == name:
+            return
+        page.keyboard.press("Shift+Tab" if backwards else "Tab")
+    raise AssertionError(f"{name!r} never got the focus")
+
+
+def test_by_keyboard_alone(pages: Callable[..., Pages], demo: Served) -> None:
+    page = pages().open(demo.web_url)
+    focus_by_tab(page, "New session")
+    page.keyboard.press("Enter")
+    # the new session's message box has the focus: type, Enter sends
+    expect(page.get_by_role("textbox", name="Message")).to_be_focused()
+    page.keyboard.type("typed, not clicked")
+    page.keyboard.press("Enter")
+    expect(page.get_by_role("button", name="Approve", exact=True)).to_be_visible()
+    focus_by_tab(page, "Approve", backwards=True)
+    page.keyboard.press("Enter")
+    expect(last_turn(page).locator(".tool")).to_have_attribute("data-status", "completed")
+    expect(last_turn(page).locator(".message.user .text")).to_have_text("typed, not clicked")
+
+
 def test_a_wrong_token_is_shown_as_such(pages: Callable[..., Pages], demo: Served) -> None:
     p = pages()
     page = p.open(f"{demo.origin}/#token=not-the-token", connected=False)

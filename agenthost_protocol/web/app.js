@@ -306,6 +306,7 @@ class App {
     }
     if (model) this.models.set(uri, model);
     await this.openSession(uri);
+    this.render(); // the composer shows now, so it can take the focus
     $("message").focus();
   }
 

@@ -493,6 +493,7 @@ class App {
     $("composer").hidden = !chat;
     if (!this.disposeArmed) $("dispose").textContent = "Dispose session";
     if (!session) {
+      document.title = "Agent host";
       $("transcript").replaceChildren();
       $("queued").hidden = true;
       $("heading").textContent = "Agent host";
@@ -500,6 +501,7 @@ class App {
     }
     const title = session.title || "New session";
     $("heading").textContent = title;
+    document.title = `${title} · Agent host`;
     $("session-title").textContent = title;
     const agent = this.agents().find((a) => a.provider === session.provider);
     // the summary's status aggregates the chats' (the session state's does not)
@@ -513,6 +515,14 @@ class App {
     });
     select.replaceChildren(...options);
     select.disabled = session.chats.length < 2;
+    if (this.chat && !session.chats.some((c) => c.resource === this.chat)) {
+      // the open chat was removed: back to the session's default, if any
+      const next = session.defaultChat || (session.chats[0] && session.chats[0].resource);
+      const gone = this.chat;
+      this.chat = null;
+      this.client.unsubscribe(gone);
+      if (next) this.openChat(next);
+    }
     if (!chat) {
       $("transcript").replaceChildren();
       return;

@@ -86,7 +86,7 @@ APPLICATION_ID = 0x41485031
 """``PRAGMA application_id`` of every store ("AHP1"): how a store tells its own
 files from other SQLite files (``file(1)`` reads it too)."""
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """``PRAGMA user_version`` of a store this version writes; it reads any up to it."""
 
 _LIBRARY = LIBRARY
@@ -281,7 +281,14 @@ def _migrate_1_to_2(db: sqlite3.Connection) -> None:
     db.execute("DROP TABLE log_1")
 
 
-MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_create_schema_1, _migrate_1_to_2)
+def _migrate_2_to_3(db: sqlite3.Connection) -> None:
+    # each session's owner (Host(authorize=...)); the sessions stored before have none,
+    # which the ownership policy shows to admins only
+    db.execute("ALTER TABLE sessions ADD COLUMN owner TEXT")
+
+
+MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (
+    _create_schema_1, _migrate_1_to_2, _migrate_2_to_3)
 """``MIGRATIONS[i]`` takes a store from schema ``i`` to ``i + 1`` (0: a new file)."""
 
 
@@ -348,9 +355,9 @@ _UPSERT_OWNER = (
     " ON CONFLICT(chat) DO UPDATE SET session = excluded.session"
 )
 _UPSERT_SESSION = (
-    "INSERT INTO sessions(uri, ordinal, created_at, summary) VALUES (?, ?, ?, ?)"
+    "INSERT INTO sessions(uri, ordinal, created_at, summary, owner) VALUES (?, ?, ?, ?, ?)"
     " ON CONFLICT(uri) DO UPDATE SET ordinal = excluded.ordinal,"
-    " created_at = excluded.created_at, summary = excluded.summary"
+    " created_at = excluded.created_at, summary = excluded.summary, owner = excluded.owner"
 )
 _UPSERT_CLIENT = (
     "INSERT INTO clients(client_id, version, touched, keep) VALUES (?, ?, ?, ?)"
@@ -787,7 +794,7 @@ class SQLiteStore:
             channels = db.execute(
                 "SELECT uri FROM channels ORDER BY n").fetchall()
             sessions = db.execute(
-                "SELECT uri, ordinal, created_at, summary IS NOT NULL FROM sessions"
+                "SELECT uri, ordinal, created_at, summary IS NOT NULL, owner FROM sessions"
                 " ORDER BY ordinal, n").fetchall()
             owners = db.execute("SELECT chat, session FROM owners ORDER BY n").fetchall()
             clients = db.execute(
@@ -797,9 +804,10 @@ class SQLiteStore:
         return Restored(
             server_seq=int(server_seq),
             channels=tuple(uri for (uri,) in channels),
-            sessions=tuple(SessionRecord(uri=uri, ordinal=ordinal, created_at=created_at)
-                           for uri, ordinal, created_at, _ in sessions),
-            listed=frozenset(uri for uri, _, _, listed in sessions if listed),
+            sessions=tuple(SessionRecord(uri=uri, ordinal=ordinal, created_at=created_at,
+                                         owner=owner if isinstance(owner, str) else None)
+                           for uri, ordinal, created_at, _, owner in sessions),
+            listed=frozenset(uri for uri, _, _, listed, _ in sessions if listed),
             owners=tuple(owners),
             clients=tuple(ClientRecord(client_id=client_id, version=version,
                                        touched=touched, keep=bool(keep))
@@ -882,7 +890,10 @@ class SQLiteStore:
         if not rows:
             return None
         content_type, data, owner = rows[0]
-        return ContentRecord(uri=uri, content_type=content_type, data=data, owner=owner)
+        owners = self._read("SELECT channel FROM content_owners WHERE uri = ? ORDER BY channel",
+                            (uri,))
+        return ContentRecord(uri=uri, content_type=content_type, data=data, owner=owner,
+                             owners=tuple(channel for (channel,) in owners))
 
     # -- writes -----------------------------------------------------------------------
 
@@ -1022,8 +1033,8 @@ class SQLiteStore:
         if batch.owners:
             db.executemany(_UPSERT_OWNER, batch.owners)
         if batch.sessions:
-            db.executemany(_UPSERT_SESSION, [(s.uri, s.ordinal, s.created_at, s.summary)
-                                             for s in batch.sessions])
+            db.executemany(_UPSERT_SESSION, [(s.uri, s.ordinal, s.created_at, s.summary,
+                                              s.owner) for s in batch.sessions])
         if batch.clients:
             db.executemany(_UPSERT_CLIENT, [(c.client_id, c.version, c.touched, int(c.keep))
                                             for c in batch.clients])

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -74,16 +74,41 @@ def require_chromium() -> str:
     return path
 
 
-@pytest.fixture(scope="session")
-def browser() -> Iterator[Browser]:
-    """One headless Chromium per test process (each test opens its own context)."""
-    executable = require_chromium()
-    from playwright.sync_api import sync_playwright
+# Module scope: while Playwright's sync API runs, its event loop is the thread's
+# running loop, so asyncio.run() fails in every test after it in the same process
+# (pytest-xdist interleaves modules on a worker): the browser is closed when its
+# module's tests are done.  Each test module that imports the fixture holds its own
+# definition of it; Playwright's sync API allows one running instance per thread, so
+# a module that asks while another one's is open shares it, and the last to finish
+# closes it.
+_shared: dict[str, Any] = {"users": 0}
 
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=executable, args=list(FLAGS),
-                                              headless=True)
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    """One headless Chromium per test module (each test opens its own context)."""
+    executable = require_chromium()
+    if not _shared["users"]:
+        from playwright.sync_api import sync_playwright
+
+        manager = sync_playwright()
+        playwright = manager.start()
         try:
-            yield launched
-        finally:
-            launched.close()
+            launched = playwright.chromium.launch(
+                executable_path=executable, args=list(FLAGS), headless=True
+            )
+        except BaseException:
+            manager.__exit__(None, None, None)
+            raise
+        _shared.update(manager=manager, browser=launched)
+    _shared["users"] += 1
+    try:
+        yield _shared["browser"]
+    finally:
+        _shared["users"] -= 1
+        if not _shared["users"]:
+            try:
+                _shared["browser"].close()
+            finally:
+                _shared.pop("manager").__exit__(None, None, None)
+                _shared.pop("browser")

@@ -12,7 +12,6 @@ import contextlib
 import json
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
-from typing import Literal
 
 import pytest
 
@@ -20,9 +19,6 @@ pytest.importorskip("uvicorn")
 pytest.importorskip("hypercorn")
 pytest.importorskip("starlette")
 
-import hypercorn.asyncio
-import hypercorn.config
-import uvicorn
 from starlette.applications import Starlette
 from starlette.routing import Mount
 from websockets.asyncio.client import connect as ws_connect
@@ -50,9 +46,9 @@ from ._aio_hosts import (
     turn_started,
     turns_done,
 )
+from ._asgi_run import Kind, run_server
 from ._raw_ws import masked_text_frame
 
-Kind = Literal["uvicorn", "hypercorn"]
 KINDS: tuple[Kind, ...] = ("uvicorn", "hypercorn")
 TOKEN = "s3cret-token"
 
@@ -76,49 +72,6 @@ class Served:
     @property
     def url(self) -> str:
         return f"ws://127.0.0.1:{self.port}{self.prefix}"
-
-
-@contextlib.asynccontextmanager
-async def run_server(kind: Kind, app: object, port: int) -> AsyncIterator[None]:
-    if kind == "uvicorn":
-        config = uvicorn.Config(app, host="127.0.0.1", port=port,  # type: ignore[arg-type]
-                                lifespan="on", log_level="warning", ws_ping_interval=None)
-        server = uvicorn.Server(config)
-        task = asyncio.create_task(server.serve())
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + TIMEOUT
-        while not server.started:
-            assert not task.done() and loop.time() < deadline, "uvicorn did not start"
-            await asyncio.sleep(0.01)
-        try:
-            yield
-        finally:
-            server.should_exit = True
-            await asyncio.wait_for(task, TIMEOUT)
-        return
-    config_h = hypercorn.config.Config()
-    config_h.bind = [f"127.0.0.1:{port}"]
-    config_h.loglevel = "WARNING"
-    config_h.graceful_timeout = 1.0
-    stop = asyncio.Event()
-    task = asyncio.create_task(hypercorn.asyncio.serve(
-        app, config_h, shutdown_trigger=stop.wait))  # type: ignore[arg-type]
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + TIMEOUT
-    while True:  # listening once a connection is taken
-        assert not task.done() and loop.time() < deadline, "hypercorn did not start"
-        try:
-            _, writer = await asyncio.open_connection("127.0.0.1", port)
-        except OSError:
-            await asyncio.sleep(0.02)
-            continue
-        writer.close()
-        break
-    try:
-        yield
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, TIMEOUT)
 
 
 @contextlib.asynccontextmanager

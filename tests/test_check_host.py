@@ -651,7 +651,11 @@ def test_a_flooding_host_ends_the_run_within_its_byte_budget(budget_mib: int | N
     assert ("the host sent more than check-host holds at once: "
             f"{budget * 1024 * 1024} bytes of messages") in err, err
     assert "Traceback" not in err
-    assert peak < budget + 200, peak
+    # the budget counts the bytes held; a 3 MB message of a million {} is ~100 MB once
+    # parsed, and up to three can be alive at once (the one checked, the one read, one
+    # the collector has not freed yet on a loaded machine): 334 MB was seen at 128 MiB.
+    # Holding the whole burst parsed would be gigabytes.
+    assert peak < budget + 350, peak
 
 
 _CONTROLS = "\x9b\x85\u202e\u2066\u2069\u200e\u200f\u061c\x7f"

@@ -132,7 +132,7 @@ def test_a_batch_round_trip(store: HostStore) -> None:
     assert store.load_channel("t") == (ChannelRecord(uri="t", state=None, seq=0), ())
     assert store.summaries(["s", "r", "x"]) == {"s": b'{"title":"s"}'}
     assert store.content("b1") == ContentRecord(uri="b1", content_type="text/plain",
-                                                data=b"one", owner="c")
+                                                data=b"one", owner="c", owners=("c",))
     assert store.log_after(0, 10) == (log(1, "s"), log(2, "c", only_to="k1", ms=7),
                                       log(3, "c"), log(4, "s"))
 
@@ -245,10 +245,13 @@ def test_content_goes_with_the_last_of_its_owners(store: HostStore) -> None:
         ContentRecord(uri="b", content_type="t", data=b"other", owner="c2"),  # same blob
         ContentRecord(uri="free", content_type="t", data=b"f"),
     )))
-    assert store.content("b") == ContentRecord(uri="b", content_type="t", data=b"1", owner="c1")
+    assert store.content("b") == ContentRecord(uri="b", content_type="t", data=b"1", owner="c1",
+                                               owners=("c1", "c2"))
     store.commit(Batch(server_seq=0, removed=("c1",)))
     assert store.content("b") is not None
     store.commit(Batch(server_seq=0, shared=(("c2", "c3"), ("c3", "c4"))))  # a fork of a fork
+    stored = store.content("b")
+    assert stored is not None and stored.owners == ("c2", "c3", "c4")
     store.commit(Batch(server_seq=0, removed=("c2", "c3")))  # two owners in one batch
     assert store.content("b") is not None
     store.commit(Batch(server_seq=0, removed=("c4",)))
@@ -599,7 +602,7 @@ def test_a_schema_1_store_is_migrated(tmp_path: Path) -> None:
 
     with SQLiteStore(path) as migrated:
         migrated.compact_every = 0
-        assert migrated.schema_version == SCHEMA_VERSION == 2
+        assert migrated.schema_version == SCHEMA_VERSION == 3
         assert migrated.previous_ahp_version == "0.7.0"
         same(migrated)
         db = db_of(migrated)
@@ -616,14 +619,14 @@ def test_a_schema_1_store_is_migrated(tmp_path: Path) -> None:
         same(migrated)
     with SQLiteStore(path) as migrated:
         same(migrated)
-    assert read_file_identity(path)[:2] == (APPLICATION_ID, 2)
+    assert read_file_identity(path)[:2] == (APPLICATION_ID, SCHEMA_VERSION)
 
 
 def test_an_empty_schema_1_store_is_migrated(tmp_path: Path) -> None:
     path = tmp_path / "store.sqlite3"
     schema_1_store(path, Batch(server_seq=0))
     with SQLiteStore(path) as store:
-        assert store.schema_version == 2
+        assert store.schema_version == SCHEMA_VERSION
         assert store.restore() == Restored()
         assert store.log_after(0, 10) == ()
         store.commit(Batch(server_seq=1, log=(log(1),)))
@@ -987,10 +990,10 @@ REFUSED: list[tuple[Callable[[Path], None], str]] = [
     (our_id_not_our_tables_in_wal_mode, "not an agenthost-protocol store"),
     (our_id_schema_0_with_tables, "not an agenthost-protocol store"),
     (our_tables_another_library, "not an agenthost-protocol store"),
-    (newer_schema, "written by a newer agenthost-protocol (schema 99, this one reads up to 2); "
-                   "upgrade it"),
-    (next_schema, "written by a newer agenthost-protocol (schema 3, this one reads up to 2); "
-                  "upgrade it"),
+    (newer_schema, "written by a newer agenthost-protocol (schema 99, this one reads up to "
+                   f"{SCHEMA_VERSION}); upgrade it"),
+    (next_schema, f"written by a newer agenthost-protocol (schema {SCHEMA_VERSION + 1}, this "
+                  f"one reads up to {SCHEMA_VERSION}); upgrade it"),
 ]
 
 
@@ -1109,24 +1112,25 @@ def test_migrations_run_in_one_transaction(tmp_path: Path, monkeypatch: pytest.M
         db.execute("CREATE TABLE extra(x)")
         db.execute("INSERT INTO nowhere VALUES (1)")
 
-    def to_3(db: sqlite3.Connection) -> None:
+    def to_next(db: sqlite3.Connection) -> None:
         db.execute("CREATE TABLE extra(x)")
         db.execute("INSERT INTO extra VALUES (1)")
 
-    monkeypatch.setattr(sqlite_store, "SCHEMA_VERSION", 3)
+    monkeypatch.setattr(sqlite_store, "SCHEMA_VERSION", SCHEMA_VERSION + 1)
     monkeypatch.setattr(sqlite_store, "MIGRATIONS", (*MIGRATIONS, broken))
     with pytest.raises(StoreError) as error:
         SQLiteStore(path)
     assert "nowhere" in assert_one_line(error, path)
-    assert read_file_identity(path)[1] == 2  # nothing of it stayed
+    assert read_file_identity(path)[1] == SCHEMA_VERSION  # nothing of it stayed
 
-    monkeypatch.setattr(sqlite_store, "MIGRATIONS", (*MIGRATIONS, to_3))
+    monkeypatch.setattr(sqlite_store, "MIGRATIONS", (*MIGRATIONS, to_next))
     with SQLiteStore(path) as store:
-        assert store.schema_version == 3
+        assert store.schema_version == SCHEMA_VERSION + 1
         assert store.log_after(0, 10) == (log(5),)
         assert db_of(store).execute("SELECT x FROM extra").fetchall() == [(1,)]
     monkeypatch.undo()
-    with pytest.raises(StoreError, match="schema 3, this one reads up to 2"):
+    newer = f"schema {SCHEMA_VERSION + 1}, this one reads up to {SCHEMA_VERSION}"
+    with pytest.raises(StoreError, match=newer):
         SQLiteStore(path)
 
 

@@ -22,7 +22,7 @@ import pytest
 
 from agenthost_protocol.agent.demo import APPROVED_TEXT, DENIED_TEXT
 
-from ._browser import browser  # noqa: F401  (a fixture)
+from . import _browser
 from ._web_serve import REPO, Served, serve
 
 if TYPE_CHECKING:
@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 TIMEOUT_MS = 15_000
 SHOTS = REPO / "docs" / "web"
 DESKTOP = {"width": 1100, "height": 700}
+
+browser = _browser.browser  # the fixture
 PHONE = {"width": 390, "height": 844}
 
 
@@ -82,7 +84,7 @@ class Pages:
 
 
 @pytest.fixture
-def pages(browser: Browser) -> Iterator[Callable[..., Pages]]:  # noqa: F811
+def pages(browser: Browser) -> Iterator[Callable[..., Pages]]:
     made: list[Pages] = []
 
     def make(**options: Any) -> Pages:
@@ -97,8 +99,11 @@ def pages(browser: Browser) -> Iterator[Callable[..., Pages]]:  # noqa: F811
 
 
 def expect(locator: Any) -> Any:
+    """Playwright's ``expect`` with the tests' bound (its own 5 s is short on a loaded
+    2-core machine; the bound says "not forever", not how fast)."""
     from playwright.sync_api import expect as _expect
 
+    _expect.set_options(timeout=TIMEOUT_MS)
     return _expect(locator)
 
 
@@ -395,6 +400,7 @@ def test_the_host_restarts_and_the_tab_reconnects(pages: Callable[..., Pages],
         say(page, "before the restart")
         page.get_by_role("button", name="Approve", exact=True).click()
         expect(last_turn(page).locator(".markdown").last).to_contain_text("Done.")
+        expect(last_turn(page).locator(".streaming")).to_have_count(0)  # the turn ended
         before = page.locator("#transcript").inner_text()
     # the host is gone: the page says so and keeps trying
     expect(page.locator("#connection")).to_have_attribute("data-status", "reconnecting")

@@ -22,7 +22,7 @@ from __future__ import annotations
 from .base import Agent, AgentError, NewSession
 from .driver import AgentDriver
 from .run import AgentService, build_agent_server, load_agent, run
-from .turn import ToolCall, Turn
+from .turn import RunResult, ToolCall, Turn
 
 __all__ = [
     "Agent",
@@ -30,6 +30,7 @@ __all__ = [
     "AgentError",
     "AgentService",
     "NewSession",
+    "RunResult",
     "ToolCall",
     "Turn",
     "build_agent_server",

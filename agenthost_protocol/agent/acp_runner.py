@@ -89,7 +89,7 @@ from ..bridges.acp import (
     acp_error_message,
 )
 from ..bridges.pi_frames import DEFAULT_MAX_LINE_BYTES, JsonLinesDecoder, MalformedLine
-from ..host import Host, HostStore
+from ..host import Authorize, Host, HostStore, OwnershipPolicy
 from .base import Agent, AgentError, NewSession
 from .driver import AgentDriver
 from .processes import AgentProcess as _AgentProcess
@@ -230,6 +230,7 @@ def build_acp_server(
     session_cwd: str | None = None,
     store: HostStore | None = None,
     close_timeout: float = 2.0,
+    authorize: Authorize | OwnershipPolicy | None = None,
 ) -> tuple[HostServer, AcpAgentRunner]:
     """A :class:`HostServer` whose host runs ``agent``, and its runner (not started yet).
 
@@ -242,6 +243,7 @@ def build_acp_server(
         root=acp_root_state(provider),
         replay_max_envelopes=replay_window,
         store=store,
+        authorize=authorize,
     )
     server = HostServer(host, limits=limits)
     return server, AcpAgentRunner(server, agent, provider=provider, session_cwd=session_cwd,

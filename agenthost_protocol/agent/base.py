@@ -39,6 +39,9 @@ class NewSession:
     """The URI its default chat will have."""
     working_directories: tuple[str, ...] | None = None
     active_client: t.SessionActiveClient | None = None
+    principal: object = None
+    """Who asked for it: the principal the embedder's ``authenticate`` gave the
+    connection that sent ``createSession`` (``None``: no ``authenticate``)."""
 
 
 class Agent:
@@ -139,6 +142,12 @@ class Agent:
     def client_action(self, channel: str, action: t.StateAction) -> None:
         """A client's action the host applied on a session or chat channel, before the
         layer acts on it (starts or cancels a turn ...)."""
+
+    def client_action_by(self, channel: str, action: t.StateAction, principal: object) -> None:
+        """:meth:`client_action` with who sent it: the principal of the connection
+        (``None`` without ``authenticate``).  What the layer calls; the default
+        calls :meth:`client_action`, so override one of the two."""
+        self.client_action(channel, action)
 
     def session_created(self, session: str) -> None:
         """A session was created (and is ready, with its default chat)."""

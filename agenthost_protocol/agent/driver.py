@@ -39,7 +39,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterable
-from typing import Final, TypeVar
+from typing import TYPE_CHECKING, Final, TypeVar
 
 import attrs
 
@@ -52,6 +52,9 @@ from ..types.error_codes import AhpErrorCode, JsonRpcErrorCode
 from .base import Agent, AgentError, NewSession
 from .dispatch import bounded_text, dispatch_agent_action, error_name, error_text
 from .turn import Turn
+
+if TYPE_CHECKING:
+    from ..aio.terminals import TerminalService
 
 __all__ = ["CLOSE_TIMEOUT", "NOT_SERVED", "UNSENDABLE_ERROR", "AgentDriver"]
 
@@ -66,6 +69,10 @@ UNSENDABLE_ERROR: Final = ("the agent failed, and its error could not be sent "
                            "(the host's log has it)")
 """The text of the ``chat/error`` that ends a failed turn when even the repaired and
 cut error text could not be dispatched."""
+
+_QUEUED_BY_LIMIT: Final = 10_000
+"""Queued messages whose sender's principal is remembered until their turn starts; the
+oldest is forgotten past this (its turn then has no principal)."""
 
 _HELD_LIMIT: Final = 1000
 """Client actions one session may have waiting for its resume; more are dropped."""
@@ -91,6 +98,9 @@ class AgentDriver:
         """Seconds :meth:`close` waits for what it stops (:data:`CLOSE_TIMEOUT`)."""
         self.host = host
         self._flush = flush
+        self.terminals: TerminalService | None = None
+        """The host's terminals, where ``Turn.run`` runs commands (``None``: none;
+        ``serve`` sets it unless ``--no-terminals``)."""
         agent._driver = self
         info = agent.info()
         self._provider = info.provider
@@ -110,9 +120,12 @@ class AgentDriver:
         self._abandoned: set[asyncio.Task[str | None]] = set()
         self._stopping: dict[asyncio.Task[None], Turn] = {}
         """Tasks of turns no longer played that were cancelled and have not ended yet."""
-        self._held: dict[str, list[t.ActionEnvelope]] = {}
-        """Sessions whose resume runs -> the client actions on them, given to the
-        agent once it is done (what they ask for needs what it sets up)."""
+        self._held: dict[str, list[tuple[t.ActionEnvelope, object]]] = {}
+        """Sessions whose resume runs -> the client actions on them (with the principal
+        that sent each), given to the agent once it is done (what they ask for needs
+        what it sets up)."""
+        self._queued_by: dict[tuple[str, str], object] = {}
+        """(chat, queued message id) -> the principal that queued it, for its turn."""
         self._confirmations: dict[tuple[str, str, str], asyncio.Future[bool]] = {}
         self._inputs: dict[tuple[str, str], asyncio.Future[t.ChatInputCompletedAction]] = {}
         self._turns = 0
@@ -162,9 +175,10 @@ class AgentDriver:
                 event.responder.error(JsonRpcErrorCode.INTERNAL_ERROR,
                                       f"{event.method} was not answered")
         elif isinstance(event, ClientActionApplied):
-            self._client_action(event.envelope)
+            # the connection object outlives its socket: a sender gone since still has one
+            self._client_action(event.envelope, event.connection.principal)
 
-    def _client_action(self, envelope: t.ActionEnvelope) -> None:
+    def _client_action(self, envelope: t.ActionEnvelope, principal: object) -> None:
         uri, action = envelope.channel, envelope.action
         kind = channel_kind(uri)
         if kind is not ChannelKind.SESSION and kind is not ChannelKind.CHAT:
@@ -182,13 +196,13 @@ class AgentDriver:
         held = self._held.get(session) if session is not None else None
         if held is not None:
             if len(held) < _HELD_LIMIT:
-                held.append(envelope)
+                held.append((envelope, principal))
             else:
                 log.warning("session %s: %d client actions wait for its resume; %s dropped",
                             session, _HELD_LIMIT, action.type)
             return
         try:
-            self.agent.client_action(uri, action)
+            self.agent.client_action_by(uri, action, principal)
         except Exception:
             log.exception("the agent's client_action hook failed on %s", action.type)
         if kind is ChannelKind.SESSION:
@@ -198,11 +212,15 @@ class AgentDriver:
         manages = type(self.agent).manages_chats
         match action:
             case t.ChatTurnStartedAction(turn_id=turn_id, message=message):
-                self._start(uri, turn_id, message)
+                self._start(uri, turn_id, message, principal)
             case t.ChatTurnCancelledAction(turn_id=turn_id):
                 self._stop(uri, turn_id)
             case _ if manages:
                 pass
+            case t.ChatPendingMessageSetAction(kind=t.PendingMessageKind.QUEUED, id=queued):
+                self._remember_queued(uri, queued, principal)
+            case t.ChatPendingMessageRemovedAction(kind=t.PendingMessageKind.QUEUED, id=queued):
+                self._queued_by.pop((uri, queued), None)
             case t.ChatToolCallApprovedAction(turn_id=turn_id, tool_call_id=call_id):
                 self._decide(uri, turn_id, call_id, True)
             case t.ChatToolCallDeniedAction(turn_id=turn_id, tool_call_id=call_id):
@@ -302,8 +320,8 @@ class AgentDriver:
                 reason = bounded_text(reason)
                 log.info("session %s cannot be resumed: %s", session, reason)
         # what came meanwhile, in order (a turn it starts awaits this task's result)
-        for envelope in self._held.pop(session, []):
-            self._client_action(envelope)
+        for envelope, principal in self._held.pop(session, []):
+            self._client_action(envelope, principal)
         self._flush()
         return reason
 
@@ -417,7 +435,16 @@ class AgentDriver:
 
     # -- turns --------------------------------------------------------------------------
 
-    def _start(self, chat: str, turn_id: str, message: t.Message) -> None:
+    def _remember_queued(self, chat: str, queued: str, principal: object) -> None:
+        if principal is None:
+            return
+        self._queued_by.pop((chat, queued), None)
+        while len(self._queued_by) >= _QUEUED_BY_LIMIT:
+            del self._queued_by[next(iter(self._queued_by))]
+        self._queued_by[(chat, queued)] = principal
+
+    def _start(self, chat: str, turn_id: str, message: t.Message,
+               principal: object = None) -> None:
         if self._closed:
             return
         self._stop(chat)  # the turn it replaces
@@ -440,7 +467,7 @@ class AgentDriver:
                 self.host.dispatch(session, t.SessionTitleChangedAction(title=title))
                 self._announce(session)
         turn = Turn(self, session=session, chat=chat, turn_id=turn_id, message=message,
-                    started_ms=self.host.now())
+                    started_ms=self.host.now(), principal=principal)
         task = asyncio.get_running_loop().create_task(self._play(turn))
         self._tasks[chat] = (turn, task)
 
@@ -553,8 +580,12 @@ class AgentDriver:
             kind=t.PendingMessageKind.QUEUED, id=first.id))
         self._server_turn(chat, first.message, queued_id=first.id)
 
-    def _server_turn(self, chat: str, message: t.Message, *, queued_id: str | None = None) -> None:
-        """Start a turn the host begins itself (a queued message, a chat's initial one)."""
+    def _server_turn(self, chat: str, message: t.Message, *, queued_id: str | None = None,
+                     principal: object = None) -> None:
+        """Start a turn the host begins itself (a queued message, a chat's initial one);
+        its principal is the one that queued the message or created the chat."""
+        if queued_id is not None:
+            principal = self._queued_by.pop((chat, queued_id), principal)
         state = self.host.state(chat)
         if not isinstance(state, t.ChatState):
             return
@@ -567,7 +598,7 @@ class AgentDriver:
         if self.dispatch_chat(chat, t.ChatTurnStartedAction(
                 turn_id=turn_id, started_at=iso(self.host.now()), message=message,
                 queued_message_id=queued_id)):
-            self._start(chat, turn_id, message)
+            self._start(chat, turn_id, message, principal)
 
     # -- commands -----------------------------------------------------------------------
 
@@ -602,7 +633,8 @@ class AgentDriver:
             return False
         directories = params.working_directories[:1] if params.working_directories else None
         setup = NewSession(uri=uri, chat=self._free_chat_uri(uri),
-                           working_directories=directories, active_client=params.active_client)
+                           working_directories=directories, active_client=params.active_client,
+                           principal=event.connection.principal)
         refusal = self._call_agent(self.agent.refuse_session, setup, None)
         if refusal is not None:
             event.responder.error(JsonRpcErrorCode.INTERNAL_ERROR, bounded_text(refusal))
@@ -611,7 +643,8 @@ class AgentDriver:
             self._creating[uri] = asyncio.get_running_loop().create_task(
                 self._set_up_first(event, setup, params), name=f"create_session of {uri}")
             return True
-        self.host.create_session(uri, provider=provider, working_directories=directories)
+        self.host.create_session(uri, provider=provider, working_directories=directories,
+                                 principal=event.connection.principal)
         event.responder.respond(None)
         if self._deferred:
             self._creating[uri] = asyncio.get_running_loop().create_task(
@@ -660,7 +693,8 @@ class AgentDriver:
             if self._creating.get(uri) is asyncio.current_task():
                 del self._creating[uri]
         self.host.create_session(uri, provider=self._provider,
-                                 working_directories=setup.working_directories, config=config)
+                                 working_directories=setup.working_directories, config=config,
+                                 principal=event.connection.principal)
         event.responder.respond(None)
         if error is not None:
             self.host.fail_session(uri, error)
@@ -733,6 +767,15 @@ class AgentDriver:
         self._hooks.add(task)
         task.add_done_callback(self._hooks.discard)
 
+    def _missing(self, event: RequestReceived, channel: str, code: int, what: str) -> bool:
+        """Under an ``authorize`` policy, answer a request about a channel that does not
+        exist as the host answers one the policy refuses, before any other refusal:
+        the two must look alike (``docs/host.md``, "Users kept apart")."""
+        if self.host.authorize is None or self.host.has_channel(channel):
+            return False
+        event.responder.error(code, f"no {what} {channel!r}")
+        return True
+
     def _one_chat_only(self, event: RequestReceived) -> bool:
         if self._one_chat:
             event.responder.error(JsonRpcErrorCode.INVALID_PARAMS,
@@ -743,6 +786,8 @@ class AgentDriver:
         params = event.params
         if not isinstance(params, t.CreateChatParams):
             raise LocalProtocolError(f"{event.method} is not createChat")
+        if self._missing(event, params.channel, AhpErrorCode.SESSION_NOT_FOUND, "session"):
+            return
         if self._one_chat_only(event):
             return
         refusal = self._not_ours(params.channel)
@@ -754,12 +799,15 @@ class AgentDriver:
         self._owner[params.chat] = params.channel
         self._announce(params.channel)
         if params.initial_message is not None:
-            self._server_turn(params.chat, params.initial_message)
+            self._server_turn(params.chat, params.initial_message,
+                              principal=event.connection.principal)
 
     def _dispose_chat(self, event: RequestReceived) -> None:
         params = event.params
         if not isinstance(params, t.DisposeChatParams):
             raise LocalProtocolError(f"{event.method} is not disposeChat")
+        if self._missing(event, params.channel, AhpErrorCode.NOT_FOUND, "chat"):
+            return
         if self._one_chat_only(event):
             return
         self._stop(params.channel)

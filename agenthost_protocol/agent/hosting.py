@@ -37,7 +37,7 @@ from .._version import __version__
 from ..aio.access import AccessPolicy, is_loopback, url_with_token
 from ..aio.redact import RedactSecrets
 from ..aio.server import HostServer, ServerLimits
-from ..host import Host, HostStore, StoreError
+from ..host import Authorize, Host, HostStore, OwnershipPolicy, StoreError
 from .demo import DEMO_PROVIDER, DemoAgent
 from .run import AgentService, build_agent_server
 from .settings import SettingsError, replace_token, saved_token
@@ -45,6 +45,7 @@ from .settings import settings_path as default_settings_path
 
 if TYPE_CHECKING:
     from ..aio.capture import CaptureDir
+    from ..aio.files import Root, Roots
     from .acp_runner import AcpAgentRunner
 
 __all__ = [
@@ -53,8 +54,10 @@ __all__ = [
     "ServeOptions",
     "ServedAgent",
     "StartableAgent",
+    "add_file_services",
     "build_demo_server",
     "build_server",
+    "file_roots",
     "program_name",
     "run",
     "serve_demo",
@@ -86,6 +89,10 @@ def _strings(value: Iterable[str]) -> tuple[str, ...]:
     """``tuple``, as a converter: attrs reads a converter's signature, and a builtin's is
     parsed from text (``tokenize`` compiling its expressions first, milliseconds at start)."""
     return tuple(value)
+
+
+def _roots(value: Iterable[Root] | None) -> tuple[Root, ...] | None:
+    return None if value is None else tuple(value)
 
 
 @frozen(kw_only=True)
@@ -147,9 +154,22 @@ class ServeOptions:
     the sessions being set up and the ``dispose_session`` hooks (then as long
     for the agent's ``close``); what has not ended by then is logged and
     abandoned, and the process exits all the same (``driver.CLOSE_TIMEOUT``)."""
+    roots: tuple[Root, ...] | None = field(default=None, converter=_roots)
+    """The directories whose files clients may read, list and watch, and change where
+    ``writable`` (``serve --root DIR[:rw]``, ``docs/files.md``); ``None``: the working
+    directory, read-only; ``()``: no files at all."""
     capture_max_bytes: int = 64 * 1024 * 1024
     """The most bytes one connection's capture file grows to (``capture.DEFAULT_MAX_BYTES``;
     not imported here: ``serve`` without ``--capture`` never loads the capture)."""
+    no_terminals: bool = False
+    """Serve no terminals (``serve --no-terminals``): ``createTerminal`` is refused as
+    unsupported and ``Turn.run`` fails."""
+    shell: tuple[str, ...] = field(default=(), converter=_strings)
+    """The command a terminal runs (``serve --shell``; ``()``: the user's shell)."""
+    authorize: Authorize | OwnershipPolicy | None = field(default=None, hash=False,
+                                                          repr=False)
+    """Users kept apart: the host's ``authorize`` policy (``None``: none, every
+    connection may do everything; ``docs/host.md``, "Users kept apart")."""
 
     def store_path(self) -> str | None:
         """The store file ``serve`` uses, or ``None`` with ``no_store``: ``store``, else
@@ -366,14 +386,49 @@ def build_server(
     options: ServeOptions, clock: Callable[[], int] = _wall_clock,
     store: HostStore | None = None,
 ) -> tuple[HostServer, ServedAgent]:
-    """A :class:`HostServer` whose host runs ``options.agent``, and what drives that agent.
+    """A :class:`HostServer` whose host runs ``options.agent``, and what drives that agent,
+    with the host's files under ``options.roots`` served beside it (:func:`add_file_services`).
 
     Nothing is spawned yet: a :class:`StartableAgent` is started by
     :func:`serve_host`.  Raises ``ValueError`` for a command given to the
-    demo or missing for another agent, :class:`AgentStartError` when the
-    command cannot be found or run, and ``ImportError`` when the ACP agent's
-    extra (``agent-client-protocol``) is missing.
+    demo or missing for another agent, or a root that is not a directory,
+    :class:`AgentStartError` when the command cannot be found or run, and
+    ``ImportError`` when the ACP agent's extra (``agent-client-protocol``) is missing.
     """
+    roots = file_roots(options)
+    server, agent = _build_server(options, clock, store)
+    add_file_services(server, roots)
+    return server, agent
+
+
+def file_roots(options: ServeOptions) -> Roots:
+    """``options.roots`` resolved (the working directory, read-only, by default)."""
+    from ..aio.files import Root, Roots  # noqa: PLC0415
+
+    roots = options.roots if options.roots is not None else (Root(path=os.getcwd()),)
+    return Roots(roots)
+
+
+def add_file_services(server: HostServer, roots: Roots) -> None:
+    """Serve files under ``roots`` on ``server``: reads, lists, writes in writable roots
+    (:class:`~agenthost_protocol.aio.files.FileService`) and watches
+    (:class:`~agenthost_protocol.aio.watches.WatchService`, within
+    ``server.limits.max_watches``).  Nothing without roots."""
+    if not roots:
+        return
+    from ..aio.files import FileService  # noqa: PLC0415
+    from ..aio.watches import WatchService  # noqa: PLC0415
+
+    server.add_service(FileService(server, roots))
+    server.add_service(WatchService(server, roots))
+    for root in roots.roots:
+        log.info("files: %s (%s)", root.path, "writable" if root.writable else "read-only")
+
+
+def _build_server(
+    options: ServeOptions, clock: Callable[[], int],
+    store: HostStore | None = None,
+) -> tuple[HostServer, ServedAgent]:
     if options.agent_object is not None:
         return build_agent_server(options.agent_object, options, clock, store=store)
     kind = options.agent
@@ -399,7 +454,7 @@ def build_server(
         server, runner = build_acp_server(
             AcpAgentCommand(command=command, args=tuple(args), env=env), clock=clock,
             replay_window=options.replay_window, limits=options.limits, store=store,
-            close_timeout=options.close_timeout,
+            close_timeout=options.close_timeout, authorize=options.authorize,
         )
         return server, _AcpAgent(runner, options.agent_command)
     # the pi runner has no optional dependency, but only serve --agent pi needs it
@@ -413,6 +468,7 @@ def build_server(
         root=pi_root_state(provider=kind.value, dialect=dialect),
         replay_max_envelopes=options.replay_window,
         store=store,
+        authorize=options.authorize,
     )
     server = HostServer(host, limits=options.limits)
     pi = PiAgentRunner(server, PiAgentCommand(command=command, args=tuple(args), env=env),
@@ -590,6 +646,7 @@ async def serve_host(
         raise
     if capture is not None:
         server.stream_wrapper = capture
+    _add_terminals(server, agent, options)
     closer = _Closer(agent)
     with _stop_on_signals(stop) if handle_signals else contextlib.nullcontext():
         try:
@@ -616,6 +673,22 @@ async def serve_host(
 
 serve_demo = serve_host
 """The former name of :func:`serve_host` (the demo is ``ServeOptions``' default agent)."""
+
+
+def _add_terminals(server: HostServer, agent: ServedAgent, options: ServeOptions) -> None:
+    """Terminals for every agent kind, unless ``no_terminals``; an agent of the agent
+    layer gets them for ``Turn.run`` too."""
+    if options.no_terminals:
+        return
+    from ..aio.terminals import TerminalOptions, TerminalService  # noqa: PLC0415
+
+    # a terminal starts in a directory the files are served from (the working
+    # directory when no root is served)
+    roots = [root.path for root in file_roots(options).roots] or None
+    service = TerminalService(server, options=TerminalOptions(shell=options.shell), roots=roots)
+    server.add_service(service)
+    if isinstance(agent, AgentService):
+        agent.driver.terminals = service
 
 
 def _open_capture(options: ServeOptions) -> CaptureDir | None:

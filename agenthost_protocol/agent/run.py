@@ -10,16 +10,17 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from .. import types as t
 from .._version import __version__
-from ..host import Host, HostStore
+from ..host import Authorize, Host, HostStore, OwnershipPolicy
 from .base import Agent
 from .driver import AgentDriver
 
 if TYPE_CHECKING:
+    from ..aio.files import Root
     from ..aio.server import HostServer
     from .hosting import ServeOptions
 
@@ -56,8 +57,15 @@ class AgentService:
 def build_agent_server(
     agent: object, options: ServeOptions, clock: Callable[[], int],
     store: HostStore | None = None,
+    *,
+    authorize: Authorize | OwnershipPolicy | None = None,
 ) -> tuple[HostServer, AgentService]:
-    """A :class:`~agenthost_protocol.aio.HostServer` whose host runs ``agent``."""
+    """A :class:`~agenthost_protocol.aio.HostServer` whose host runs ``agent``.
+
+    ``store`` keeps its sessions across restarts (a
+    :class:`~agenthost_protocol.sqlite_store.SQLiteStore`); ``authorize``
+    keeps users apart (``options.authorize`` when not given; ``docs/host.md``,
+    "Users kept apart")."""
     from ..aio.server import HostServer  # noqa: PLC0415  (asyncio only when serving)
 
     if not isinstance(agent, Agent):
@@ -68,6 +76,7 @@ def build_agent_server(
         root=t.RootState(agents=(agent.info(),), active_sessions=0),
         replay_max_envelopes=options.replay_window,
         store=store,
+        authorize=authorize if authorize is not None else options.authorize,
     )
     server = HostServer(host, limits=options.limits)
     driver = AgentDriver(agent, host, server.flush, close_timeout=options.close_timeout)
@@ -108,6 +117,7 @@ def run(
     new_token: bool = False,
     store: str | None = None,
     no_store: bool = False,
+    roots: Iterable[Root] | None = None,
 ) -> int:
     """Serve ``agent`` until SIGINT/SIGTERM (or, with ``stdio``, the end of stdin);
     prints ``serving ws://HOST:PORT/?token=...`` first.  The token is ``token``,
@@ -115,10 +125,14 @@ def run(
     restart prints the same URL; ``new_token`` replaces it).  Sessions are kept in
     the SQLite file ``store`` (default: ``PROVIDER.sqlite3`` in the user's data
     directory, the agent's provider naming it, as ``serve --agent module:attr``
-    does) unless ``no_store``.  Returns the exit status."""
+    does) unless ``no_store``.  Clients read and watch the files under ``roots``
+    (:class:`~agenthost_protocol.aio.files.Root`: a path, writable or not; default:
+    the working directory, read-only; ``()``: none), as ``serve --root`` does
+    (``docs/files.md``).  Returns the exit status."""
     from .hosting import ServeOptions  # noqa: PLC0415
     from .hosting import run as serve  # noqa: PLC0415
 
     return serve(ServeOptions(host=host, port=port, stdio=stdio, token=token, no_token=no_token,
                               new_token=new_token, store=store, no_store=no_store,
-                              agent_object=agent))
+                              agent_object=agent,
+                              roots=None if roots is None else tuple(roots)))

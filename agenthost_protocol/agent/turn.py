@@ -18,16 +18,42 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
+
+from attrs import frozen
 
 from .. import types as t
 from ..host.sessions import iso
+from .base import AgentError
 from .dispatch import bounded_text
 
 if TYPE_CHECKING:
     from .driver import AgentDriver
 
-__all__ = ["ToolCall", "Turn"]
+__all__ = ["RUN_OUTPUT_CHARS", "RunResult", "ToolCall", "Turn"]
+
+RUN_OUTPUT_CHARS: Final = 64 * 1024
+"""The most characters of a command's output :meth:`Turn.run` returns (its newest)."""
+_PREVIEW_CHARS: Final = 4096
+"""The most characters of output the tool call's result keeps as its preview."""
+
+
+@frozen(kw_only=True)
+class RunResult:
+    """What :meth:`Turn.run` gives back."""
+
+    exit_code: int | None
+    """The command's exit code (``128 + N``: killed by signal ``N``, as shells say;
+    ``None``: unknown, its terminal was disposed first)."""
+    output: str
+    """Its newest output (the terminal's, VT sequences included), at most ``max_output``
+    characters."""
+    truncated: bool
+    """Whether older output was cut from :attr:`output`."""
+    timed_out: bool = False
+    """Whether ``timeout`` ran out (the command was interrupted, then killed)."""
+    terminal: str = ""
+    """The URI of the terminal it ran in (listed until disposed)."""
 
 JsonValue = object
 
@@ -36,7 +62,7 @@ class Turn:
     """One turn of one chat, as the agent's ``turn`` coroutine sees it."""
 
     def __init__(self, driver: AgentDriver, *, session: str, chat: str, turn_id: str,
-                 message: t.Message, started_ms: int) -> None:
+                 message: t.Message, started_ms: int, principal: object = None) -> None:
         self._driver = driver
         self.session = session
         """The session's URI."""
@@ -47,6 +73,11 @@ class Turn:
         self.message = message
         """The user's message: ``text``, ``attachments``, ``model``, ``agent`` ..."""
         self.started_ms = started_ms
+        self.principal = principal
+        """Who sent the message: the principal the embedder's ``authenticate`` gave the
+        connection that started the turn (queued the message, or created the chat
+        with it); ``None`` without ``authenticate``, or for a turn the host began
+        on its own.  A connection closed since still gives the principal it had."""
         self._parts = 0
         self._markdown: str | None = None
         self._reasoning: str | None = None
@@ -202,6 +233,77 @@ class Turn:
 
     def now_iso(self) -> str:
         return iso(self._driver.host.now())
+
+    async def run(self, command: str, *, cwd: str | None = None, timeout: float | None = None,
+                  title: str | None = None, max_output: int = RUN_OUTPUT_CHARS,
+                  interrupt_grace: float = 2.0) -> RunResult:
+        """Run ``command`` (a shell command line) in a host terminal every client can watch.
+
+        The command gets a terminal of its own, claimed by this session, turn
+        and tool call, which a ``run`` tool call of the chat references (a
+        ``terminal`` content block): a client subscribes to it to see the
+        output live.  ``cwd`` is a ``file:`` URI inside the host's roots
+        (default: the first root).  Returns once the command ended, with its
+        exit code and its newest ``max_output`` characters of output; the tool
+        call completes with the exit code and a preview (a non-zero exit code
+        fails it).  When ``timeout`` seconds pass first, the command is
+        interrupted (``SIGINT``), then killed after ``interrupt_grace``
+        seconds.  A client's cancel of the turn does the same (and the
+        cancellation goes on).  Afterwards the terminal's claim narrows to
+        the session; it is disposed with the session.  Raises
+        :class:`~.base.AgentError` when the host runs no terminals or the
+        command cannot get one (``cwd`` outside the roots, too many).
+        """
+        service = self._driver.terminals
+        if service is None:
+            raise AgentError("this host runs no terminals (serve --no-terminals)",
+                             error_type="NoTerminals")
+        shown = title if title is not None else command
+        call = await self.tool(
+            "run", {"command": command} if cwd is None else {"command": command, "cwd": cwd},
+            display_name="Run command", message=f"Running `{bounded_text(shown)}`")
+        if not call.approved:
+            raise asyncio.CancelledError
+        claim = t.TerminalSessionClaim(session=self.session, turn_id=self.id,
+                                       tool_call_id=call.id)
+        try:
+            job = service.run_command(command, claim=claim, cwd=cwd, title=shown,
+                                      max_output=max_output)
+        except (ValueError, RuntimeError) as e:
+            await call.fail(str(e))
+            raise AgentError(f"cannot run {command!r}: {e}", error_type="RunFailed") from e
+        reference = t.ToolResultTerminalContent(resource=job.uri, title=shown, is_pty=True)
+        self._dispatch(t.ChatToolCallContentChangedAction(
+            turn_id=self.id, tool_call_id=call.id, content=(reference,)))
+        timed_out = False
+        try:
+            if timeout is None:
+                code = await job.wait()
+            else:
+                try:
+                    code = await asyncio.wait_for(job.wait(), timeout)
+                except asyncio.TimeoutError:
+                    timed_out = True
+                    job.interrupt(interrupt_grace)
+                    code = await job.wait()
+        except asyncio.CancelledError:
+            job.interrupt(interrupt_grace)
+            service.release(job.uri, self.session)
+            raise
+        service.release(job.uri, self.session)
+        output, truncated = job.output()
+        preview = output[-_PREVIEW_CHARS:]
+        result = t.TerminalCommandResult(exit_code=code, preview=preview,
+                                         truncated=truncated or len(preview) < len(output))
+        content = (t.ToolResultTerminalContent(resource=job.uri, title=shown, is_pty=True,
+                                               result=result),)
+        ok = code == 0 and not timed_out
+        why = ("timed out" if timed_out else "ended, its terminal disposed" if code is None
+               else f"exited with status {code}")
+        await call._finish(ok, content, "Ran command" if ok else f"Command {why}",
+                           None if ok else t.ToolCallError(message=f"the command {why}"))
+        return RunResult(exit_code=code, output=output, truncated=truncated,
+                         timed_out=timed_out, terminal=job.uri)
 
 
 class ToolCall:

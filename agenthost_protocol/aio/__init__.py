@@ -19,7 +19,10 @@ protocol decides stays in :mod:`agenthost_protocol.host` and
   host and a client in one process, no sockets, links a test can break;
 * :class:`ActivityLog`: what the host does, as log lines (``HostServer``
   installs one); :class:`RedactSecrets`, :func:`redact_url`: access tokens
-  kept out of log lines and messages.
+  kept out of log lines and messages;
+* :class:`AuthenticationRefused`, :data:`Authenticate`: the embedder's own
+  authentication of a handshake (``serve_websocket(..., authenticate=...)``,
+  ``asgi_app(..., authenticate=...)``).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from ._limits import DEFAULT_MAX_MESSAGE_SIZE
     from .activity import ActivityLog
+    from .authn import Authenticate, AuthenticationRefused, websocket_scope
     from .client import (
         AsyncClient,
         ClientError,
@@ -64,6 +68,8 @@ __all__ = [
     "DEFAULT_MAX_MESSAGE_SIZE",
     "ActivityLog",
     "AsyncClient",
+    "Authenticate",
+    "AuthenticationRefused",
     "ClientError",
     "CloseReason",
     "ConnectError",
@@ -95,11 +101,13 @@ __all__ = [
     "serve_stdio",
     "serve_streams",
     "serve_websocket",
+    "websocket_scope",
 ]
 
 _MODULE_OF = {
     "DEFAULT_MAX_MESSAGE_SIZE": "._limits",
     "ActivityLog": ".activity",
+    **dict.fromkeys(("Authenticate", "AuthenticationRefused", "websocket_scope"), ".authn"),
     **dict.fromkeys(("RedactSecrets", "redact_url"), ".redact"),
     **dict.fromkeys(
         ("AsyncClient", "ClientError", "ConnectError", "ConnectionClosedError",

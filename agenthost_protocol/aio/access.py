@@ -18,10 +18,13 @@ checked before anything of AHP is spoken:
 3. **Token.**  When the policy has a token, the handshake must carry it as
    the ``token`` query parameter (``ws://127.0.0.1:8765/?token=...``, a URL
    any client can open as it is), as ``tkn`` (the name VS Code's agent-host
-   URLs use), as ``Authorization: Bearer ...``, or (what a browser can do)
-   as the offered subprotocol ``ahp.token.BASE64URL``; otherwise 401 (with
+   URLs use), as ``Authorization: Bearer ...``, or, for browsers (which can
+   set no header but this one), as the WebSocket subprotocol
+   ``ahp.token.<base64url of the token's UTF-8, no padding>`` offered next
+   to ``ahp`` (:func:`token_subprotocol`); otherwise 401 (with
    ``WWW-Authenticate: Bearer``).  Every candidate is compared, each in
-   constant time.
+   constant time.  The host selects the subprotocol ``ahp`` when a client
+   offers it (:func:`select_subprotocol`), never the token one.
 
 A refusal of the Host or Origin check is 403 and one of the token is 401, so
 a client can tell "you may not connect from there" from "wrong token"; the
@@ -34,10 +37,11 @@ says what to answer; :mod:`.websocket` applies it.
 from __future__ import annotations
 
 import base64
+import binascii
 import hmac
 import ipaddress
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Final
 from urllib.parse import parse_qs, quote, urlsplit
 
@@ -46,11 +50,15 @@ from attrs import field, frozen
 __all__ = [
     "SUBPROTOCOL",
     "TOKEN_PARAMETERS",
-    "TOKEN_SUBPROTOCOL",
+    "TOKEN_SUBPROTOCOL_PREFIX",
     "AccessPolicy",
     "Refusal",
     "is_loopback",
     "new_token",
+    "offered_subprotocols",
+    "select_subprotocol",
+    "subprotocol_token",
+    "token_subprotocol",
     "url_with_token",
 ]
 
@@ -152,7 +160,8 @@ class AccessPolicy:
         if self.token is not None and not _token_ok(
                 self.token, path, header("Authorization"), header("Sec-WebSocket-Protocol")):
             return Refusal(status=401, reason="a valid access token is required: the token= "
-                           "(or tkn=) of the URL serve printed, or Authorization: Bearer")
+                           "(or tkn=) of the URL serve printed, Authorization: Bearer, or "
+                           "the subprotocol ahp.token.*")
         return None
 
     def check_host(self, host: str | None) -> Refusal | None:
@@ -182,34 +191,58 @@ TOKEN_PARAMETERS: Final = ("token", "tkn")
 """The query parameters a handshake may carry the token in (``tkn``: VS Code's name)."""
 
 
-TOKEN_SUBPROTOCOL: Final = "ahp.token."
-"""A browser cannot set ``Authorization`` on a WebSocket: it offers the token as the
-subprotocol ``ahp.token.`` + base64url(UTF-8 token), unpadded, besides ``ahp``."""
-
 SUBPROTOCOL: Final = "ahp"
-"""The subprotocol selected when a client offers it (never the token's)."""
+"""The WebSocket subprotocol the host selects when a client offers it."""
+TOKEN_SUBPROTOCOL_PREFIX: Final = "ahp.token."
+"""A subprotocol ``ahp.token.<base64url(UTF-8 token), no padding>`` carries the access
+token: the one header a browser's ``new WebSocket(url, protocols)`` can set."""
+MAX_PROTOCOL_HEADER: Final = 4096
+"""The longest ``Sec-WebSocket-Protocol`` value looked into for a token; a longer one
+carries none (a real one is ``ahp`` and a token, well under 200 characters)."""
+_MAX_PROTOCOLS: Final = 8
+"""The most subprotocols of one handshake looked at for a token."""
 
-_MAX_OFFERED: Final = 8
+
+def token_subprotocol(token: str) -> str:
+    """The subprotocol that carries ``token`` (offer it next to :data:`SUBPROTOCOL`)."""
+    encoded = base64.urlsafe_b64encode(token.encode("utf-8")).rstrip(b"=")
+    return TOKEN_SUBPROTOCOL_PREFIX + encoded.decode("ascii")
 
 
-def _subprotocol_tokens(header: str | None) -> list[str]:
-    if header is None:
-        return []
-    found = []
-    for offered in header.split(",")[:_MAX_OFFERED]:
-        item = offered.strip()
-        if item.startswith(TOKEN_SUBPROTOCOL):
-            encoded = item[len(TOKEN_SUBPROTOCOL):]
-            try:
-                found.append(base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4))
-                             .decode("utf-8"))
-            except (ValueError, UnicodeDecodeError):
-                continue
-    return found
+def offered_subprotocols(header: str | None) -> tuple[str, ...]:
+    """The subprotocols a ``Sec-WebSocket-Protocol`` value offers (at most a few; none
+    from an over-long or repeated header)."""
+    if header is None or len(header) > MAX_PROTOCOL_HEADER or "\x00" in header:
+        return ()
+    return tuple(p.strip() for p in header.split(",")[:_MAX_PROTOCOLS] if p.strip())
+
+
+def subprotocol_token(protocols: Iterable[str]) -> str | None:
+    """The token an ``ahp.token.*`` subprotocol among ``protocols`` carries, if any
+    decodes (base64url, UTF-8); a malformed one carries none."""
+    for protocol in protocols:
+        if not protocol.startswith(TOKEN_SUBPROTOCOL_PREFIX):
+            continue
+        encoded = protocol[len(TOKEN_SUBPROTOCOL_PREFIX):]
+        if not encoded or len(encoded) > MAX_PROTOCOL_HEADER or not encoded.isascii():
+            continue
+        try:
+            data = base64.b64decode(encoded + "=" * (-len(encoded) % 4), altchars=b"-_",
+                                    validate=True)
+            return data.decode("utf-8")
+        except (binascii.Error, ValueError):
+            continue
+    return None
+
+
+def select_subprotocol(offered: Iterable[str]) -> str | None:
+    """The subprotocol to select among those a client ``offered``: :data:`SUBPROTOCOL`
+    if offered, else none (the token's is never echoed)."""
+    return SUBPROTOCOL if SUBPROTOCOL in offered else None
 
 
 def _token_ok(token: str, path: str, authorization: str | None,
-              subprotocols: str | None = None) -> bool:
+              protocols: str | None = None) -> bool:
     expected = token.encode("utf-8")
     query = parse_qs(urlsplit(path).query)
     offered: list[str] = [value for name in TOKEN_PARAMETERS for value in query.get(name, [])]
@@ -217,7 +250,9 @@ def _token_ok(token: str, path: str, authorization: str | None,
         scheme, _, credentials = authorization.strip().partition(" ")
         if scheme.lower() == "bearer":
             offered.append(credentials.strip())
-    offered += _subprotocol_tokens(subprotocols)
+    from_protocol = subprotocol_token(offered_subprotocols(protocols))
+    if from_protocol is not None:
+        offered.append(from_protocol)
     ok = False
     for candidate in offered:
         # every candidate compared, each in constant time

@@ -17,7 +17,10 @@ import re
 from collections.abc import Iterable
 from typing import Final
 
-__all__ = ["MAX_LOG_TEXT", "REDACTED", "RedactSecrets", "redact_text", "redact_url"]
+__all__ = [
+    "MAX_LOG_TEXT", "REDACTED", "SERVER_LOGGERS", "RedactSecrets", "redact_server_logs",
+    "redact_text", "redact_url",
+]
 
 REDACTED: Final = "REDACTED"
 MAX_LOG_TEXT: Final = 64 * 1024
@@ -91,6 +94,23 @@ class RedactSecrets(logging.Filter):
             text = f"{text[:self.max_chars]}... [cut: {len(text)} characters in all]"
         return text
 
+    def _redacted_parts(self, record: logging.LogRecord, redacted: str
+                        ) -> tuple[object, tuple[object, ...]]:
+        """The record's format and arguments, each redacted, when together they give a
+        message with nothing left to redact: formatters that read the arguments
+        themselves (uvicorn's access log unpacks its five) keep working.  Else the
+        redacted message alone, with no arguments."""
+        if isinstance(record.args, tuple) and record.args and isinstance(record.msg, str):
+            args = tuple(self.redact(a) if isinstance(a, str) else a for a in record.args)
+            msg = self.redact(record.msg)
+            try:
+                again = msg % args
+            except Exception:
+                again = None
+            if again is not None and self.redact(again) == again:
+                return msg, args
+        return redacted, ()
+
     def filter(self, record: logging.LogRecord) -> bool:
         try:
             message = record.getMessage()
@@ -101,7 +121,7 @@ class RedactSecrets(logging.Filter):
             return True
         redacted = self.redact(message)
         if redacted != message:
-            record.msg, record.args = redacted, ()
+            record.msg, record.args = self._redacted_parts(record, redacted)
         if record.exc_info and not record.exc_text:
             # formatted here, the way the handler's formatter would: it keeps exc_text
             record.exc_text = logging.Formatter().formatException(record.exc_info)
@@ -111,3 +131,34 @@ class RedactSecrets(logging.Filter):
             record.stack_info = self.redact(record.stack_info)
         return True
 
+
+SERVER_LOGGERS: Final = ("uvicorn.error", "uvicorn.access", "hypercorn.error", "hypercorn.access")
+"""The loggers of uvicorn and hypercorn that write request targets: uvicorn writes
+each WebSocket handshake's, query included, on ``uvicorn.error`` (at ``INFO``,
+with or without ``--no-access-log``), and each HTTP request's on
+``uvicorn.access``; hypercorn's access log has the query only in the atoms
+``%(R)s``, ``%(Uq)s`` and ``%(q)s``."""
+
+_SERVER_LOG_FILTER: Final = RedactSecrets()
+
+
+def redact_server_logs(secrets: Iterable[str] = (), *,
+                       loggers: Iterable[str] = SERVER_LOGGERS) -> RedactSecrets:
+    """Keep access tokens out of what the ASGI server logs: a
+    :class:`RedactSecrets` filter on each of
+    ``loggers`` (by default uvicorn's and hypercorn's, :data:`SERVER_LOGGERS`),
+    which replaces ``?token=``/``?tkn=`` values, ``Authorization`` credentials and
+    each of ``secrets`` with ``REDACTED`` in their records, keeping the records'
+    arguments (uvicorn's access log reads them).  Call it after the server has
+    set up its logging (at import of the application's module, under
+    ``uvicorn module:app``: uvicorn configures logging first).  It is one filter
+    for the process: calling it again adds the new secrets to it and puts it on
+    no logger twice.  Returns the filter (:meth:`RedactSecrets.add` adds a
+    secret later)."""
+    for secret in secrets:
+        _SERVER_LOG_FILTER.add(secret)
+    for name in loggers:
+        logger = logging.getLogger(name)
+        if _SERVER_LOG_FILTER not in logger.filters:
+            logger.addFilter(_SERVER_LOG_FILTER)
+    return _SERVER_LOG_FILTER

@@ -123,6 +123,13 @@ class ServerLimits:
     """Sessions the host keeps at once, stored ones included (the host core's)."""
     max_chats_per_session: int = 256
     """Chats one session may have (the host core's)."""
+    max_watches: int = 64
+    """File watches (``createResourceWatch``) the host keeps at once, for every
+    connection together (:mod:`.watches`); one more is refused ``-32600``."""
+    max_terminals: int = 64
+    """Terminals listed at once, an exited one until it is disposed (a
+    :class:`~agenthost_protocol.aio.terminals.TerminalService`'s budget): a
+    ``createTerminal`` beyond it is refused with ``-32600``."""
     compression: Literal["auto", "deflate", "none"] = "auto"
     """WebSocket permessage-deflate with the clients that offer it: ``"deflate"``,
     ``"none"``, or ``"auto"``: none on a loopback address (the bytes cost
@@ -133,7 +140,8 @@ class ServerLimits:
         if min(self.max_message_size, self.max_queue_messages, self.max_queue_bytes,
                self.max_connections, self.max_total_queue_bytes, self.max_subscriptions,
                self.max_reconnects_per_minute, self.max_sessions,
-               self.max_chats_per_session) < 1:
+               self.max_chats_per_session, self.max_watches,
+               self.max_terminals) < 1:
             raise LocalProtocolError("the limits must be positive")
         if self.compression not in ("auto", "deflate", "none"):
             raise LocalProtocolError("compression is auto, deflate or none")
@@ -644,6 +652,20 @@ class HostServer:
     def queued_bytes(self) -> int:
         """Bytes waiting for or being sent to all connections (what the budget counts)."""
         return self._queued_bytes
+
+    def reading_queued_bytes(self) -> int:
+        """Bytes waiting for or being sent to the connections that read: those whose
+        send under way has not been stuck for ``limits.stall_timeout``.  What a
+        producer (a terminal's output) waits on for backpressure: a client that
+        stopped reading holds it back no longer than that, and is left to the
+        budgets, which drop it."""
+        try:
+            now = asyncio.get_running_loop().time()
+        except RuntimeError:
+            return self._queued_bytes
+        stall = self.limits.stall_timeout
+        return sum(peer.queued_bytes for peer in self._peers.values()
+                   if peer.stalled_for(now) < stall)
 
     def _shed(self, excess: int) -> None:
         """Drop the connections whose sends are stuck, longest first, until ``excess``

@@ -2,8 +2,9 @@
 
 As the AHP transport spec says for WebSocket: the host is the WebSocket
 server, and every text frame carries exactly one JSON-RPC message.  No
-subprotocol is required; ``ahp`` is selected when offered (a browser offers
-its token beside it as ``ahp.token.*``, never echoed), any other is not.  A
+subprotocol is required: ``ahp`` is selected when a client offers it (a
+browser offers it next to the token's ``ahp.token.*``, never selected), any
+other is not.  A
 binary frame closes the connection with 1003 (unsupported data); a message
 over the size limit is refused by websockets itself with 1009 (message too
 big); a client that stops reading is closed with 1008 once its send queue
@@ -17,6 +18,8 @@ token): a refused handshake never reaches the host.  It gets 401 with
 as its body; 503 when the server serves ``max_connections`` already.  With
 ``web``, a plain HTTP request (no upgrade) gets the web client's files
 instead (:mod:`.web`).
+Then the embedder's ``authenticate`` function, if given, says who the client
+is (see :mod:`.authn`): its principal goes with the connection.
 Connections that have not sent their upgrade request yet are bounded too
 (``max_connections`` of them, one more closes the oldest; 32 KiB of request
 each), so stalled handshakes cannot pile up file descriptors or memory.
@@ -32,11 +35,12 @@ import inspect
 import logging
 import ssl as _ssl
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from http import HTTPStatus
 from typing import Final
 
-from .access import SUBPROTOCOL, AccessPolicy, is_loopback
+from .access import AccessPolicy, Refusal, is_loopback, select_subprotocol
+from .authn import Admitted, Authenticate, HandshakeAuthenticator, websocket_scope
 from .log_quota import LogQuota
 from .redact import RedactSecrets
 from .server import CloseReason, EndOfStream, FrameCache, HostServer, MessageRefused
@@ -209,6 +213,9 @@ def _counted(handshakes: _Handshakes) -> type[ServerConnection]:
     """A websockets connection that is counted in ``handshakes`` until its request came."""
 
     class CountedConnection(ServerConnection):
+        principal: object = None
+        """Who ``authenticate`` said the client is (``None``: not asked)."""
+
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
             super().connection_made(transport)
             handshakes.add(self)
@@ -258,13 +265,6 @@ def _describe(error: ConnectionClosed) -> str:
 
 def _is_upgrade(request: Request) -> bool:
     return any("websocket" in value.lower() for value in request.headers.get_all("Upgrade"))
-
-
-def _select_subprotocol(_connection: ServerConnection,
-                        offered: Sequence[Subprotocol]) -> Subprotocol | None:
-    """``ahp`` when offered (a browser that offers its token as a subprotocol must get
-    one back), else none: the token's own subprotocol is never echoed."""
-    return Subprotocol(SUBPROTOCOL) if SUBPROTOCOL in offered else None
 
 
 class WebSocketStream:
@@ -369,8 +369,10 @@ class WebSocketServer:
         *,
         secure: bool = False,
         access: AccessPolicy | None = None,
+        authenticate: Authenticate | None = None,
     ) -> None:
         self._server = server
+        self._authenticate = authenticate
         self._endpoint = endpoint
         self._host = host
         self._secure = secure
@@ -406,6 +408,11 @@ class WebSocketServer:
         """What a handshake must show."""
         return self._access
 
+    @property
+    def authenticate(self) -> Authenticate | None:
+        """The embedder's ``authenticate`` function, if any (see :mod:`.authn`)."""
+        return self._authenticate
+
     async def close(self, reason: str = "the host is shutting down") -> None:
         """Stop listening, close every connection after its queued messages, wait for them."""
         self._endpoint.close(close_connections=False)
@@ -421,6 +428,30 @@ class WebSocketServer:
         await self.close()
 
 
+def _address(value: object) -> tuple[str, int] | None:
+    if isinstance(value, tuple) and len(value) >= 2 and isinstance(value[1], int):
+        return (str(value[0]), value[1])
+    return None
+
+
+def _peer(connection: ServerConnection) -> str:
+    address = _address(connection.remote_address)
+    if address is None:
+        return "an unknown address"
+    host, port = address
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _scope(connection: ServerConnection, request: Request) -> dict[str, object]:
+    protocols = [p.strip() for value in request.headers.get_all("Sec-WebSocket-Protocol")
+                 for p in value.split(",") if p.strip()]
+    return websocket_scope(
+        target=request.path, headers=list(request.headers.raw_items()),
+        client=_address(connection.remote_address), server=_address(connection.local_address),
+        secure=connection.transport.get_extra_info("sslcontext") is not None,
+        subprotocols=protocols)
+
+
 async def serve_websocket(
     server: HostServer,
     host: str | None = "127.0.0.1",
@@ -431,6 +462,7 @@ async def serve_websocket(
     access: AccessPolicy | None = None,
     ssl: _ssl.SSLContext | None = None,
     open_timeout: float = 10.0,
+    authenticate: Authenticate | None = None,
     web: WebFiles | None = None,
 ) -> WebSocketServer:
     """Listen on ``host``:``port`` and serve ``server`` to every WebSocket client.
@@ -451,10 +483,18 @@ async def serve_websocket(
     than :data:`MAX_REQUEST_HEAD` bytes before its request is complete is
     closed too.
 
+    ``authenticate(scope) -> principal | None`` (sync or async) runs on each
+    handshake the access check let through, before it is accepted: it gets
+    an ASGI ``websocket`` scope built from the request (the same function
+    works under :func:`~agenthost_protocol.asgi.asgi_app`), and the principal
+    it returns goes with the connection
+    (:attr:`~agenthost_protocol.host.HostConnection.principal`).  ``None``
+    refuses with 401, :class:`~.authn.AuthenticationRefused` with its status,
+    any other error with 500; ``open_timeout`` bounds it (see :mod:`.authn`).
+
     With ``web``, a plain HTTP request (no ``Upgrade: websocket``) that passes
     the Host check gets the web client's files (:mod:`.web`), token or not:
-    the page holds no secret.  A client that offers the subprotocol ``ahp``
-    (the web client does, with its token as ``ahp.token.*``) gets it selected.
+    the page holds no secret.
     """
     policy = access if access is not None else AccessPolicy()
     handshakes = _Handshakes(server.limits.max_connections)
@@ -463,40 +503,27 @@ async def serve_websocket(
     if compression == "auto":
         compression = "none" if host is not None and is_loopback(host) else "deflate"
 
-    async def handler(websocket: ServerConnection) -> None:
-        await server.serve_connection(WebSocketStream(websocket))
+    authenticator = None if authenticate is None else HandshakeAuthenticator(
+        authenticate, timeout=open_timeout, limit=server.limits.max_connections, logger=log)
 
-    def check(connection: ServerConnection, request: Request) -> Response | None:
+    async def handler(websocket: ServerConnection) -> None:
+        await server.serve_connection(WebSocketStream(websocket),
+                                      principal=getattr(websocket, "principal", None))
+
+    def choose(connection: ServerConnection,
+               offered: Sequence[Subprotocol]) -> Subprotocol | None:
+        chosen = select_subprotocol(offered)
+        return None if chosen is None else Subprotocol(chosen)
+
+    def header_of(request: Request) -> Callable[[str], str | None]:
         def header(name: str) -> str | None:
             values = request.headers.get_all(name)
-            if name == "Sec-WebSocket-Protocol" and values:
-                return ", ".join(values)  # a list, which may come in several lines
             # a repeated Host, Origin or Authorization is not one to trust
             return None if not values else values[0] if len(values) == 1 else "\x00repeated"
+        return header
 
-        if web is not None and not _is_upgrade(request):
-            refusal = policy.check_host(header("Host"))
-            if refusal is None:
-                # websockets before 15 parse GET only: the rest never gets here
-                method = str(getattr(request, "method", "GET"))
-                if request.path.split("?", 1)[0] == TOKEN_CHECK_PATH and method == "GET":
-                    # only the Authorization header counts here, never a query
-                    checked = policy.check("/", header)
-                    answer = token_check_response(None if checked is None else checked.status,
-                                                  header("Host"), secure=ssl is not None)
-                else:
-                    answer = web.respond(method, request.path, header("Host"),
-                                         secure=ssl is not None)
-                return Response(answer.status, answer.reason, Headers(list(answer.headers)),
-                                answer.body)
-        else:
-            refusal = policy.check(request.path, header)
-        if refusal is None and server.at_capacity:
-            status, reason = HTTPStatus.SERVICE_UNAVAILABLE, "too many connections"
-        elif refusal is None:
-            return None
-        else:
-            status, reason = HTTPStatus(refusal.status), refusal.reason
+    def refuse(connection: ServerConnection, refusal: Refusal) -> Response:
+        status, reason = HTTPStatus(refusal.status), refusal.reason
         if refusals.allow():
             # the path may carry a token: never logged
             log.warning("refused a WebSocket handshake from %s: %d %s",
@@ -506,11 +533,48 @@ async def serve_websocket(
             response.headers["WWW-Authenticate"] = 'Bearer realm="agenthost-protocol"'
         return response
 
+    def page(files: WebFiles, request: Request) -> Response:
+        header = header_of(request)
+        # websockets before 15 parse GET only: the rest never gets here
+        method = str(getattr(request, "method", "GET"))
+        if request.path.split("?", 1)[0] == TOKEN_CHECK_PATH and method == "GET":
+            # only the Authorization header counts here, never a query
+            checked = policy.check("/", header)
+            answer = token_check_response(None if checked is None else checked.status,
+                                          header("Host"), secure=ssl is not None)
+        else:
+            answer = files.respond(method, request.path, header("Host"), secure=ssl is not None)
+        return Response(answer.status, answer.reason, Headers(list(answer.headers)),
+                        answer.body)
+
+    def check(connection: ServerConnection, request: Request) -> Response | None:
+        if web is not None and not _is_upgrade(request):
+            refused = policy.check_host(header_of(request)("Host"))
+            return page(web, request) if refused is None else refuse(connection, refused)
+        refusal = policy.check(request.path, header_of(request))
+        if refusal is None and server.at_capacity:
+            refusal = Refusal(status=HTTPStatus.SERVICE_UNAVAILABLE,
+                              reason="too many connections")
+        return None if refusal is None else refuse(connection, refusal)
+
+    async def check_and_authenticate(connection: ServerConnection,
+                                     request: Request) -> Response | None:
+        refused = check(connection, request)
+        if refused is not None or authenticator is None:
+            return refused
+        outcome = await authenticator(_scope(connection, request), _peer(connection))
+        if not isinstance(outcome, Admitted):
+            return refuse(connection, outcome)
+        connection.principal = outcome.principal  # type: ignore[attr-defined]
+        return None
+
     endpoint = await serve(
         handler,
         host,
         port,
-        process_request=check,
+        # a plain function without authenticate: any websockets 13+ takes one
+        process_request=check if authenticator is None else check_and_authenticate,
+        select_subprotocol=choose,
         ssl=ssl,
         max_size=server.limits.max_message_size,
         # frames are taken off the queue at once; a short one bounds the memory
@@ -523,9 +587,9 @@ async def serve_websocket(
         logger=_WS_LOGGER,
         open_timeout=open_timeout,
         create_connection=_counted(handshakes),
-        select_subprotocol=_select_subprotocol,
     )
-    ws_server = WebSocketServer(server, endpoint, host, secure=ssl is not None, access=policy)
+    ws_server = WebSocketServer(server, endpoint, host, secure=ssl is not None, access=policy,
+                                authenticate=authenticate)
     ws_server._handshakes = handshakes
     log.info("serving %s", ws_server.url)
     return ws_server

@@ -8,7 +8,10 @@ import argparse
 import logging
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..aio.files import Root
 
 from ._args import (
     LOG_LEVELS,
@@ -168,6 +171,32 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                         default=defaults.max_chats_per_session, metavar="N",
                         help=f"chats one session may have (default "
                         f"{defaults.max_chats_per_session})")
+    files = serve.add_argument_group(
+        "files (docs/files.md)",
+        "Clients read, list and watch the host's files under the roots (resourceRead, "
+        "resourceList, resourceResolve, createResourceWatch), and change them in writable "
+        "roots only; nothing outside a root is reached, through a symbolic link or "
+        "otherwise.")
+    files.add_argument("--root", action="append", default=[], metavar="DIR[:rw]",
+                       help="serve the files under DIR, read-only, or writable with :rw "
+                       "(repeatable; default: the working directory, read-only)")
+    files.add_argument("--max-watches", type=positive_int, default=defaults.max_watches,
+                       metavar="N", help="file watches the host keeps at once, every client "
+                       f"together (default {defaults.max_watches})")
+    terminals = serve.add_argument_group(
+        "terminals (docs/terminals.md)",
+        "Clients may open terminals: the user's shell in a pseudo-terminal, started in the "
+        "directories served; bash and zsh report each command (command detection).")
+    terminals.add_argument("--no-terminals", action="store_true",
+                           help="serve no terminals (createTerminal is refused, and an "
+                           "agent's turn.run fails)")
+    terminals.add_argument("--shell", metavar="COMMAND",
+                           help="what a terminal runs, split as a shell would (default: "
+                           "$SHELL, else the user's login shell)")
+    terminals.add_argument("--max-terminals", type=positive_int,
+                           default=defaults.max_terminals, metavar="N",
+                           help=f"terminals listed at once, exited ones until disposed (default "
+                           f"{defaults.max_terminals})")
     serve.add_argument("--agent", type=agent_choice, default="demo",
                        metavar="{demo,acp,pi,xcsh,MODULE:ATTR}",
                        help="the agent: the built-in demo (default, no COMMAND), an ACP agent "
@@ -197,6 +226,8 @@ class _ServerLimitDefaults:
     max_reconnects_per_minute = 30
     max_sessions = 10_000
     max_chats_per_session = 256
+    max_watches = 64
+    max_terminals = 64
 
 
 def _read_token(args: argparse.Namespace, parser: argparse.ArgumentParser) -> str | None:
@@ -229,6 +260,25 @@ def _read_token(args: argparse.Namespace, parser: argparse.ArgumentParser) -> st
     if token and not args.no_token:
         return token
     return None
+
+
+def _roots(specs: list[str], parser: argparse.ArgumentParser) -> tuple[Root, ...] | None:
+    """``--root`` values as roots (``None``: none given, the default); a usage error for a
+    directory that does not exist."""
+    if not specs:
+        return None
+    from ..aio.files import parse_root  # noqa: PLC0415
+
+    roots = []
+    for spec in specs:
+        try:
+            root = parse_root(spec)
+        except ValueError as e:
+            parser.error(f"--root {spec}: {e}")
+        if not os.path.isdir(root.path):
+            parser.error(f"--root {spec}: {root.path} is not a directory")
+        roots.append(root)
+    return tuple(roots)
 
 
 def serve_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -295,8 +345,11 @@ def serve_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
             max_reconnects_per_minute=args.max_reconnects_per_minute,
             max_sessions=args.max_sessions,
             max_chats_per_session=args.max_chats_per_session,
+            max_terminals=args.max_terminals,
             compression=args.compression,
+            max_watches=args.max_watches,
         ),
+        roots=_roots(args.root, parser),
         agent=args.agent if agent_object is None else "demo",
         agent_object=agent_object,
         agent_command=tuple(command),
@@ -312,5 +365,21 @@ def serve_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
         max_store_bytes=args.max_store_bytes,
         capture=args.capture,
         close_timeout=args.close_timeout,
+        no_terminals=args.no_terminals,
+        shell=_shell_words(args.shell, parser),
     )
     return run(options)
+
+
+def _shell_words(shell: str | None, parser: argparse.ArgumentParser) -> tuple[str, ...]:
+    if shell is None:
+        return ()
+    import shlex  # noqa: PLC0415
+
+    try:
+        words = tuple(shlex.split(shell))
+    except ValueError as e:
+        parser.error(f"--shell: {e}")
+    if not words:
+        parser.error("--shell: empty")
+    return words

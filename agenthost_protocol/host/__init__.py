@@ -4,13 +4,15 @@ See ``docs/host.md``.  The public names are those of ``__all__``; the
 modules hold them: ``core`` (the host: connections, sequencing, the
 protocol's commands), ``commands`` (the session, chat and terminal
 helpers), ``durable`` (what the host does with a store), ``store`` (the
-store interface, ``MemoryStore``), ``persistence`` (the channel table and
+store interface, ``MemoryStore``), ``authorize`` (users kept apart: the
+``authorize`` hook, ``OwnershipPolicy``), ``persistence`` (the channel table and
 the journal), ``connection``, ``events``, ``replay``, ``validation``,
 ``sessions``, ``content``, ``limits``.
 """
 
 from __future__ import annotations
 
+from .authorize import Authorize, Operation, OwnerKey, OwnershipPolicy, default_owner_key
 from .connection import ConnectionState, HostConnection
 from .core import (
     HOLD,
@@ -41,6 +43,7 @@ from .events import (
     ServerRequestResult,
     StoreFailed,
     TypedRequest,
+    Unsubscribed,
 )
 from .limits import HostLimits
 from .replay import ReplayBuffer, ReplayEntry
@@ -49,6 +52,11 @@ from .validation import ValidationContext, validate
 
 __all__ = [
     "HOLD",
+    "Authorize",
+    "Operation",
+    "OwnerKey",
+    "OwnershipPolicy",
+    "default_owner_key",
     "ClientAction",
     "Hold",
     "Reject",
@@ -82,6 +90,7 @@ __all__ = [
     "StoreError",
     "StoreFailed",
     "TypedRequest",
+    "Unsubscribed",
     "ValidationContext",
     "validate",
 ]

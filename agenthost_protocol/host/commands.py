@@ -19,6 +19,7 @@ from ..channels import ROOT_CHANNEL, ChannelKind, channel_kind
 from ..errors import InvalidParams, LocalProtocolError
 from ..types.error_codes import AhpErrorCode, JsonRpcErrorCode
 from . import sessions
+from .authorize import Authorize, Operation, OwnerKey, key_of
 from .bounds import page_chunks, snapshot_budget
 from .content import ContentStore
 from .events import Event, RequestReceived, StoreFailed
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from collections import deque
     from collections.abc import Callable
 
+    from .connection import HostConnection
     from .events import ProtocolNotificationParams
     from .limits import HostLimits
 
@@ -54,6 +56,10 @@ class Commands:
     _clock: Callable[[], int]
     content: ContentStore
     _limits: HostLimits
+    _authorize: Authorize | None
+    _terminal_creators: dict[str, object]
+    _owner_key: OwnerKey
+    _cursor_seal: sessions.CursorSeal | None
 
     if TYPE_CHECKING:
         # the host's own, which these use
@@ -66,6 +72,9 @@ class Commands:
         def _capabilities(self, session: t.SessionState | None) -> t.AgentCapabilities | None: ...
         def _chat_added(self, chat: str, session: str) -> None: ...
         def _is_listed(self, uri: str) -> bool: ...
+        def _seers(self, session: str) -> frozenset[HostConnection] | None: ...
+        def _notify(self, method: str, params: ProtocolNotificationParams,
+                    seers: frozenset[HostConnection] | None) -> None: ...
         @property
         def limits(self) -> HostLimits: ...
 
@@ -87,11 +96,21 @@ class Commands:
         title: str = "",
         working_directories: tuple[str, ...] | None = None,
         config: t.SessionConfigState | None = None,
+        principal: object = None,
     ) -> t.SessionState:
-        """Add session ``uri`` in lifecycle ``creating`` (answer ``createSession`` after this)."""
+        """Add session ``uri`` in lifecycle ``creating`` (answer ``createSession`` after this).
+
+        ``principal``: who asked for it (the ``createSession`` request's
+        connection's :attr:`~agenthost_protocol.host.HostConnection.principal`);
+        its owner key (``Host(owner_key=...)``, the ownership policy's) is
+        recorded, and stored, as the session's owner.  ``None``: nobody's
+        session (one the agent made itself), which an ownership policy shows
+        to admins only.
+        """
         state = sessions.new_session(provider, title, working_directories, config)
         self.add_channel(uri, state)
-        self._sessions.created(uri, wire_time(self._clock()))
+        self._sessions.created(uri, wire_time(self._clock()),
+                               key_of(self._owner_key, principal))
         if self._journal is not None:
             self._journal.new_sessions[uri] = None
             self._journal.undo.append(lambda: self._sessions.forget_channel(uri))
@@ -223,9 +242,11 @@ class Commands:
         annotations = uri + "/annotations"
         if annotations in self._states:
             self.remove_channel(annotations)
+        # asked while the policy can still tell whose it was
+        seers = self._seers(uri)
         self.remove_channel(uri)
         removed = t.SessionRemovedParams(channel=ROOT_CHANNEL, session=uri)
-        self.notify("root/sessionRemoved", removed)
+        self._notify("root/sessionRemoved", removed, seers)
 
     def session_summary(self, uri: str) -> t.SessionSummary:
         """The ``SessionSummary`` of session ``uri`` from its current state."""
@@ -266,15 +287,28 @@ class Commands:
             channel=ROOT_CHANNEL, session=session, changes=changes))
         return summary
 
-    def list_sessions(self, params: t.ListSessionsParams) -> t.ListSessionsResult:
+    def list_sessions(
+        self, params: t.ListSessionsParams, *, connection: HostConnection | None = None
+    ) -> t.ListSessionsResult:
         """One page of the ready sessions made by :meth:`create_session`, oldest first.
 
         Sessions still ``creating`` (or whose creation failed) are not listed:
         they have not been announced with ``root/sessionAdded`` either.
-        Raises :class:`~agenthost_protocol.errors.InvalidParams` for an
-        unknown cursor or a ``limit`` below 1.
+        Under an ``authorize`` policy, only those ``connection``'s principal
+        may see (all of them when ``connection`` is ``None``: the embedder's
+        own question).  Raises :class:`~agenthost_protocol.errors.InvalidParams`
+        for an unknown cursor or a ``limit`` below 1.
         """
-        uris, next_cursor = self._sessions.page(params.cursor, params.limit, self._is_listed)
+        listed = self._is_listed
+        authorize = self._authorize
+        if authorize is not None and connection is not None:
+            principal = connection.principal
+
+            def listed(uri: str) -> bool:
+                return self._is_listed(uri) and authorize(principal, uri, Operation.SEE)
+
+        uris, next_cursor = self._sessions.page(params.cursor, params.limit, listed,
+                                                self._cursor_seal)
         stored: dict[str, bytes] = {}
         unloaded = [uri for uri in uris if not self._states.is_loaded(uri)]
         if unloaded and self._store is not None:
@@ -298,7 +332,7 @@ class Commands:
         if not isinstance(event.params, t.ListSessionsParams):
             raise LocalProtocolError(f"{event.method} is not listSessions")
         try:
-            result = self.list_sessions(event.params)
+            result = self.list_sessions(event.params, connection=event.connection)
         except InvalidParams as e:
             event.responder.error(e.code, str(e))
             return
@@ -444,6 +478,7 @@ class Commands:
         """Remove terminal ``uri`` and its catalogue entry (``root/terminalsChanged``)."""
         if not isinstance(self._states.get(uri), t.TerminalState):
             raise LocalProtocolError(f"no terminal {uri!r}")
+        self._terminal_creators.pop(uri, None)
         self.remove_channel(uri)
         root = self._root()
         listed = tuple(info for info in root.terminals or () if info.resource != uri)
@@ -484,6 +519,9 @@ class Commands:
         else:
             event.responder.error(JsonRpcErrorCode.INVALID_PARAMS, "unknown claim kind")
             return None
+        if self._authorize is not None and isinstance(claim, t.TerminalClientClaim):
+            # before it is listed: the root's terminalsChanged is narrowed by it
+            self._terminal_creators[uri] = event.connection.principal
         state = self.create_terminal(
             uri, claim=claim, title=params.name or "", cwd=params.cwd,
             cols=params.cols, rows=params.rows,

@@ -59,6 +59,16 @@ def _json(obj: object) -> bytes:
         raise LocalProtocolError(f"not representable in JSON: {e}") from None
 
 
+def _alike(principal: object) -> object:
+    """Equal principals are judged alike (a policy is asked once per principal, not
+    once per connection); one that cannot be hashed stands for itself."""
+    try:
+        hash(principal)
+    except TypeError:
+        return ("unhashable", id(principal))
+    return principal
+
+
 @frozen(kw_only=True)
 class Claim:
     """A handshake naming a clientId that ``holder`` holds, parked until settled."""
@@ -98,6 +108,8 @@ class HostConnection:
         self.principal = principal
         """Who the embedder authenticated on this connection's handshake
         (:meth:`Host.connect`); ``None``: nobody in particular.  Never changes."""
+        self._alike: object = _alike(principal)
+        """What connections whose principals an ``authorize`` policy judges alike share."""
         self.state = ConnectionState.AWAITING_INITIALIZE
         self.client_id: str | None = None
         self.protocol_version: str | None = None
@@ -118,6 +130,10 @@ class HostConnection:
         """The deltas held for this connection to merge, newer than all of its outbox."""
         self._pending: dict[int, str] = {}
         self._next_id = 0
+        self._root_view: dict[str, object] = {}
+        """Under an ``authorize`` policy: what this connection's root state holds of the
+        fields the policy narrows (``activeSessions``, ``terminals``), as last sent
+        (absent: not known, after a replay)."""
 
     def __repr__(self) -> str:
         return f"<HostConnection #{self.number} {self.state.value} client={self.client_id!r}>"

@@ -144,6 +144,10 @@ class ContentStore:
                 del self._owners[uri]
                 self.forget(uri)
 
+    def owners(self, uri: str) -> tuple[str, ...]:
+        """The channels known in this run to reference ``uri`` (content put with an owner)."""
+        return tuple(self._owners.get(uri, ()))
+
     def forget(self, uri: str) -> None:
         item = self._items.pop(uri, None)
         if item is not None:

@@ -38,11 +38,15 @@ Policies the spec leaves open (see ``docs/host.md``):
   client sets and removes only its own ``activeClients`` entry.
 * Per-connection budgets (:class:`HostLimits`): distinct subscriptions, and
   ``reconnect`` requests per minute.
+* Users kept apart (``authorize``, :mod:`.authorize`): a session a
+  connection's principal may not see looks like one that does not exist,
+  and the root is narrowed per connection (``docs/host.md``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import secrets
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from enum import Enum
@@ -52,7 +56,7 @@ from attrs import evolve, frozen
 
 from .. import types as t
 from .. import wire
-from ..channels import ROOT_CHANNEL, STATE_TYPES, channel_kind
+from ..channels import ROOT_CHANNEL, STATE_TYPES, ChannelKind, channel_kind
 from ..errors import LocalProtocolError, ProtocolError
 from ..methods import METHODS, Direction, MessageKind
 from ..reducers import Clock, reduce
@@ -65,6 +69,15 @@ from ..versions import (
     negotiate_protocol_version,
 )
 from . import sessions
+from .authorize import (
+    Authorize,
+    BoundOwnership,
+    Operation,
+    OwnerKey,
+    OwnershipPolicy,
+    default_owner_key,
+    fail_closed,
+)
 from .bounds import (
     Bounds,
     PartSizes,
@@ -93,6 +106,7 @@ from .events import (
     Responder,
     ResponseReceived,
     ServerRequestResult,
+    Unsubscribed,
 )
 from .limits import HostLimits
 from .persistence import (
@@ -120,6 +134,19 @@ __all__ = [
     "ReviewVerdict",
 ]
 
+
+
+_NARROWED = (t.RootActiveSessionsChangedAction, t.RootTerminalsChangedAction)
+"""The root actions an ``authorize`` policy narrows per connection."""
+
+
+def _session_named(params: ProtocolNotificationParams) -> str | None:
+    """The session a root notification is about (``None``: none)."""
+    if isinstance(params, t.SessionAddedParams):
+        return params.summary.resource
+    if isinstance(params, t.SessionRemovedParams | t.SessionSummaryChangedParams):
+        return params.session
+    return None
 
 
 def encode_envelope(envelope: t.ActionEnvelope) -> bytes:
@@ -218,7 +245,12 @@ class Host(Commands, Durable):
     """The authoritative state of every channel and one :class:`HostConnection` per transport.
 
     ``clock`` returns epoch milliseconds; it stamps chat ``modifiedAt`` in the
-    reducers and the timestamps the session helpers write.
+    reducers and the timestamps the session helpers write.  ``authorize``
+    keeps users apart (an :class:`~.authorize.OwnershipPolicy`, or any
+    ``authorize(principal, session, operation)``; ``None``: everyone may do
+    everything); ``owner_key`` maps a principal to the owner key recorded with
+    the sessions it creates (default: the policy's, else ``str`` principals as
+    themselves).
     """
 
     def __init__(
@@ -245,6 +277,8 @@ class Host(Commands, Durable):
         store: HostStore | None = None,
         loaded_channels: int = 512,
         unload_after_ms: int = 30_000,
+        authorize: Authorize | OwnershipPolicy | None = None,
+        owner_key: OwnerKey | None = None,
     ) -> None:
         if (remembered_clients < 0 or remembered_clients_with_state < 0 or list_page_size < 1
                 or loaded_channels < 1):
@@ -311,6 +345,18 @@ class Host(Commands, Durable):
         self._terminal_command_prefix = terminal_command_prefix
         self._telemetry = telemetry
         self._sessions = sessions.SessionBook(list_page_size)
+        self._terminal_creators: dict[str, object] = {}
+        """Under a policy: terminals a client claims -> the principal that created them."""
+        self._authorize: Authorize | None
+        if isinstance(authorize, OwnershipPolicy):
+            self._authorize = authorize.bind(self._sessions.owned_by)
+            self._owner_key: OwnerKey = owner_key or authorize.owner_key
+        else:
+            self._authorize = None if authorize is None else fail_closed(authorize)
+            self._owner_key = owner_key or default_owner_key
+        # under a policy, listSessions cursors must not count the sessions of others
+        self._cursor_seal = (None if self._authorize is None
+                             else sessions.CursorSeal(secrets.token_bytes(16)))
         self.observer: HostObserver | None = None
         """Told of every applied action and removed channel (``None``: nobody)."""
         self._limits = limits if limits is not None else HostLimits()
@@ -375,6 +421,10 @@ class Host(Commands, Durable):
     def has_channel(self, uri: str) -> bool:
         return uri in self._states
 
+    def subscribers(self, uri: str) -> tuple[HostConnection, ...]:
+        """The open connections subscribed to channel ``uri`` (none for an unknown one)."""
+        return tuple(self._subscribers.get(uri, ()))
+
     def state(self, uri: str) -> t.SnapshotState | None:
         """The state of channel ``uri`` (``None`` for a stateless one); ``KeyError`` if absent."""
         return self._states[uri]
@@ -431,7 +481,8 @@ class Host(Commands, Durable):
         conn._claim = None
         # what a reconnect would resume: such a client is not displaced by throwaways
         keep = bool(conn._subscriptions) or conn._dispatched
-        for uri in conn.subscriptions:
+        leaving = conn.subscriptions
+        for uri in leaving:
             self._subscribers.get(uri, {}).pop(conn, None)
         conn._subscriptions.clear()
         conn._pending.clear()
@@ -455,7 +506,8 @@ class Host(Commands, Durable):
                 and self._active_in(client_id)
             ):
                 self._clients.due_at(client_id, None, now + self._grace)
-        self._events.append(ConnectionClosed(connection=conn, reason=reason))
+        self._events.append(ConnectionClosed(connection=conn, reason=reason,
+                                             subscriptions=leaving))
         for claimant in [c for c in self._connections
                          if c._claim is not None and c._claim.holder is conn]:
             # the holder is gone: the claim needs no probe any more
@@ -478,6 +530,257 @@ class Host(Commands, Durable):
             if isinstance(state, t.SessionState)
             and any(active.client_id == client_id for active in state.active_clients)
         ]
+
+    # -- users kept apart (``authorize``) --
+
+    @property
+    def authorize(self) -> Authorize | None:
+        """The policy the host asks (an :class:`OwnershipPolicy` bound to this host's
+        owners); ``None``: every connection may do everything (no policy)."""
+        return self._authorize
+
+    def session_owner(self, session: str) -> str | None:
+        """The owner key recorded for ``session`` when it was created (``None``: nobody's)."""
+        return self._sessions.owned_by(session)
+
+    def may(self, principal: object, channel: str, operation: Operation) -> bool:
+        """Whether ``principal`` may do ``operation`` on ``channel``, resolved to the
+        session it belongs to; ``True`` without a policy, and for a channel that
+        belongs to no session (the root, a terminal a client claims).  For an
+        embedder's own requests and services (terminals, files)."""
+        authorize = self._authorize
+        if authorize is None:
+            return True
+        session = self._owning_session(channel)
+        if session is not None:
+            return authorize(principal, session, operation)
+        if channel in self._terminal_creators:
+            # a shell is no one else's business: a terminal a client claims is its
+            # creator's (and an admin's, under the ownership policy)
+            return self._same_principal(self._terminal_creators[channel], principal)
+        return True
+
+    def _same_principal(self, owner: object, principal: object) -> bool:
+        """Whether ``principal`` may act as ``owner`` (the ownership policy: the same
+        owner key, or an admin; another policy: equal principals)."""
+        authorize = self._authorize
+        if isinstance(authorize, BoundOwnership):
+            return authorize.same(owner, principal)
+        try:
+            return owner is principal or bool(owner == principal)
+        except Exception:  # the embedder's __eq__: a policy that fails refuses
+            return False
+
+    def _owning_session(self, uri: str) -> str | None:
+        """The session ``uri`` belongs to: itself, the session of a chat, of its
+        annotations, of a terminal it claims; ``None``: no session's."""
+        # by prefix first: this runs for every client action under a policy
+        if uri.startswith("ahp-session:"):
+            if uri.endswith("/annotations") and channel_kind(uri) is ChannelKind.ANNOTATIONS:
+                return uri.removesuffix("/annotations")
+            return uri
+        kind = ChannelKind.CHAT if uri.startswith("ahp-chat:") else channel_kind(uri)
+        if kind is ChannelKind.CHAT:
+            owner = self._sessions.owner_of(uri)
+            if owner is None and self._states.is_loaded(uri):
+                # a chat the helpers did not record: the session whose catalogue lists it
+                for candidate in self._states.loaded:
+                    state = self._states.get(candidate)
+                    if isinstance(state, t.SessionState) and any(
+                        chat.resource == uri for chat in state.chats
+                    ):
+                        return candidate
+            return owner
+        if kind is ChannelKind.TERMINAL and uri in self._states:
+            state = self._states.get(uri)
+            if isinstance(state, t.TerminalState) and isinstance(
+                state.claim, t.TerminalSessionClaim
+            ):
+                return state.claim.session
+        return None
+
+    def _may_read(self, conn: HostConnection, uri: str) -> bool:
+        """Whether ``conn`` may read stored content ``uri``: content no channel owns is
+        anyone's, else it must be readable through one of the chats referencing it
+        (content is stored once for identical bytes, so several may)."""
+        owners = self.content.owners(uri) or self._stored_content_owners(uri)
+        return not owners or any(
+            self.may(conn.principal, owner, Operation.READ_CONTENT) for owner in owners
+        )
+
+    def _refused(
+        self, conn: HostConnection, request_id: t.JsonRpcId, params: object
+    ) -> bool:
+        """Answer a request the policy refuses as the host answers one about a channel
+        that does not exist (so existence does not leak); ``False``: not refused."""
+        op = Operation.DISPATCH
+        code: int = AhpErrorCode.NOT_FOUND
+        uri: str | None
+        match params:
+            case t.SubscribeParams(channel=uri):
+                op = Operation.SUBSCRIBE
+                message = f"no channel {uri!r}"
+            case t.FetchTurnsParams(channel=uri):
+                op = Operation.FETCH_TURNS
+                message = f"no chat {uri!r}"
+            case t.ResourceReadParams(uri=uri) if uri.startswith(CONTENT_SCHEME):
+                if self._may_read(conn, uri):
+                    return False
+                conn._send_error(request_id, AhpErrorCode.CONTENT_NOT_FOUND,
+                                 f"no content {uri!r}", None)
+                return True
+            case t.CreateChatParams(channel=uri):
+                op, code = Operation.CREATE_CHAT, AhpErrorCode.SESSION_NOT_FOUND
+                message = f"no session {uri!r}"
+            case t.DisposeSessionParams(channel=uri):
+                op, code = Operation.DISPOSE, AhpErrorCode.SESSION_NOT_FOUND
+                message = f"no session {uri!r}"
+            case t.DisposeChatParams(channel=uri):
+                op = Operation.DISPOSE
+                message = f"no chat {uri!r}"
+            case t.DisposeTerminalParams(channel=uri):
+                op = Operation.DISPOSE
+                message = f"no terminal {uri!r}"
+            case t.CreateSessionParams(channel=uri):
+                assert self._authorize is not None
+                if self._authorize(conn.principal, uri, Operation.CREATE):
+                    return False
+                conn._send_error(request_id, AhpErrorCode.PERMISSION_DENIED,
+                                 "this connection may not create sessions", None)
+                return True
+            case t.CreateTerminalParams(claim=t.TerminalSessionClaim(session=uri)):
+                code = AhpErrorCode.SESSION_NOT_FOUND
+                message = f"no session {uri!r}"
+            case _:
+                uri = getattr(params, "channel", None)
+                message = f"no channel {uri!r}"
+        if not isinstance(uri, str) or self.may(conn.principal, uri, op):
+            return False
+        conn._send_error(request_id, code, message, None)
+        return True
+
+    def _visible_counter(self) -> Callable[[object], int]:
+        """How many listed sessions a principal may see, now."""
+        authorize = self._authorize
+        assert authorize is not None
+        listed = self.listed_sessions()
+        if isinstance(authorize, BoundOwnership):
+            return authorize.counter(listed)
+        return lambda principal: sum(1 for uri in listed
+                                     if authorize(principal, uri, Operation.SEE))
+
+    def _visible_terminals(
+        self, principal: object, terminals: tuple[t.TerminalInfo, ...]
+    ) -> tuple[t.TerminalInfo, ...]:
+        authorize = self._authorize
+        assert authorize is not None
+        creators = self._terminal_creators
+        return tuple(
+            info for info in terminals
+            if (authorize(principal, info.claim.session, Operation.SEE)
+                if isinstance(info.claim, t.TerminalSessionClaim)
+                else info.resource not in creators
+                or self._same_principal(creators[info.resource], principal))
+        )
+
+    def _narrowed(
+        self,
+        principal: object,
+        action: t.StateAction,
+        counter: Callable[[object], int] | None = None,
+    ) -> tuple[str, object, t.StateAction]:
+        """A root action narrowing ``activeSessions`` or ``terminals`` as ``principal``
+        sees it: which field, its value, the action carrying it."""
+        if isinstance(action, t.RootActiveSessionsChangedAction):
+            count = (counter or self._visible_counter())(principal)
+            return "activeSessions", count, evolve(action, active_sessions=count)
+        assert isinstance(action, t.RootTerminalsChangedAction)
+        terminals = self._visible_terminals(principal, action.terminals)
+        return "terminals", terminals, evolve(action, terminals=terminals)
+
+    def _snapshot_for(self, conn: HostConnection, uri: str) -> t.Snapshot | None:
+        """:meth:`snapshot` of ``uri`` as ``conn`` may see it: the root narrowed to its
+        principal's sessions under a policy (and what it holds recorded)."""
+        snapshot = self.snapshot(uri)
+        if self._authorize is None or uri != ROOT_CHANNEL or snapshot is None:
+            return snapshot
+        state = snapshot.state
+        assert isinstance(state, t.RootState)
+        count, terminals = state.active_sessions, state.terminals
+        if count is not None:
+            count = self._visible_counter()(conn.principal)
+        if terminals is not None:
+            terminals = self._visible_terminals(conn.principal, terminals)
+        conn._root_view = {"activeSessions": count, "terminals": terminals}
+        return evolve(snapshot, state=evolve(state, active_sessions=count, terminals=terminals))
+
+    def _send_narrowed(
+        self, envelope: t.ActionEnvelope, recipients: tuple[HostConnection, ...]
+    ) -> None:
+        """Send a narrowed root action: each connection gets it as its principal sees
+        it, and nothing when that changes nothing it holds (which would say that
+        something it may not see changed)."""
+        encoded: dict[object, tuple[str, object, bytes]] = {}
+        counter = (self._visible_counter()
+                   if isinstance(envelope.action, t.RootActiveSessionsChangedAction) else None)
+        for conn in recipients:
+            version = conn.protocol_version
+            if version is None or not is_action_known_to_version(envelope.action, version):
+                continue
+            alike = conn._alike
+            entry = encoded.get(alike)
+            if entry is None:
+                name, value, action = self._narrowed(conn.principal, envelope.action, counter)
+                data = encode_envelope(evolve(envelope, action=action))
+                if self._journal is not None:
+                    self._journal.sent.append(data)  # dropped if the commit fails
+                entry = encoded[alike] = (name, value, data)
+            name, value, data = entry
+            if name in conn._root_view and conn._root_view[name] == value:
+                continue
+            conn._root_view[name] = value
+            conn._queue(data)
+
+    def _narrowed_replay(
+        self, conn: HostConnection, actions: tuple[t.ActionEnvelope, ...]
+    ) -> tuple[t.ActionEnvelope, ...]:
+        """A replay's narrowed root actions as ``conn``'s principal sees them now: only
+        the last of each kind, which brings its root to what a snapshot would hold."""
+        last: dict[type, int] = {}
+        for n, envelope in enumerate(actions):
+            if envelope.channel == ROOT_CHANNEL and isinstance(envelope.action, _NARROWED):
+                last[type(envelope.action)] = n
+        if not last:
+            return actions
+        conn._root_view = {}
+        out = []
+        for n, envelope in enumerate(actions):
+            if envelope.channel == ROOT_CHANNEL and isinstance(envelope.action, _NARROWED):
+                if last[type(envelope.action)] != n:
+                    continue
+                name, value, action = self._narrowed(conn.principal, envelope.action)
+                conn._root_view[name] = value
+                out.append(evolve(envelope, action=action))
+            else:
+                out.append(envelope)
+        return tuple(out)
+
+    def _seers(self, session: str) -> frozenset[HostConnection] | None:
+        """The root's subscribers that may see ``session`` (``None``: no policy): asked
+        before it goes, when the policy can still tell whose it was."""
+        authorize = self._authorize
+        if authorize is None:
+            return None
+        verdicts: dict[object, bool] = {}
+        seers = []
+        for conn in self._subscribers.get(ROOT_CHANNEL, ()):
+            seen = verdicts.get(conn._alike)
+            if seen is None:
+                seen = verdicts[conn._alike] = authorize(conn.principal, session,
+                                                         Operation.SEE)
+            if seen:
+                seers.append(conn)
+        return frozenset(seers)
 
     # -- channels --
 
@@ -642,6 +945,14 @@ class Host(Commands, Durable):
         mergeable = only_to is None and is_mergeable(envelope)
         if not mergeable and coalescer.holds(channel):
             coalescer.release_channel(channel)  # what was held goes before this
+        if (
+            self._authorize is not None
+            and channel == ROOT_CHANNEL
+            and only_to is None
+            and isinstance(action, _NARROWED)
+        ):
+            self._send_narrowed(envelope, recipients)
+            return envelope
         known: dict[str | None, bool] = {}
         for conn in recipients:
             version = conn.protocol_version
@@ -695,9 +1006,37 @@ class Host(Commands, Durable):
             raise LocalProtocolError(f"{method!r} is not a protocol notification")
         if not isinstance(params, info.params):
             raise LocalProtocolError(f"{method} takes {info.params.__name__}")
+        self._notify(method, params, None)
+
+    def _notify(
+        self,
+        method: str,
+        params: ProtocolNotificationParams,
+        seers: frozenset[HostConnection] | None,
+    ) -> None:
+        """:meth:`notify`; under a policy, a root notification about a session goes to
+        the subscribers that may see it (``seers`` when they were asked before)."""
         data: bytes | None = None
         known: dict[str | None, bool] = {}
+        session = None
+        authorize = self._authorize
+        if authorize is not None and params.channel == ROOT_CHANNEL:
+            session = _session_named(params)
+        verdicts: dict[object, bool] = {}
         for conn in tuple(self._subscribers.get(params.channel, ())):
+            if session is not None:
+                if seers is not None:
+                    seen = conn in seers
+                else:
+                    alike = conn._alike
+                    seen_now = verdicts.get(alike)
+                    if seen_now is None:
+                        assert authorize is not None
+                        seen_now = verdicts[alike] = authorize(conn.principal, session,
+                                                               Operation.SEE)
+                    seen = seen_now
+                if not seen:
+                    continue
             version = conn.protocol_version
             if version not in known:
                 known[version] = version is not None and (
@@ -774,6 +1113,8 @@ class Host(Commands, Durable):
         if isinstance(params, t.InitializeParams):
             conn._send_error(request_id, JsonRpcErrorCode.INVALID_REQUEST,
                              "the connection is already initialized", None)
+        elif self._authorize is not None and self._refused(conn, request_id, params):
+            pass  # answered as if the channel did not exist
         elif isinstance(params, t.ReconnectParams):
             self._reconnect(conn, request_id, params)
         elif isinstance(params, t.SubscribeParams):
@@ -806,6 +1147,8 @@ class Host(Commands, Durable):
         if conn.state is not ConnectionState.OPEN:
             return
         if isinstance(params, t.UnsubscribeParams):
+            if params.channel in conn._subscriptions:
+                self._events.append(Unsubscribed(connection=conn, channel=params.channel))
             conn._subscriptions.pop(params.channel, None)
             self._subscribers.get(params.channel, {}).pop(conn, None)
             client_id = conn.client_id
@@ -945,9 +1288,11 @@ class Host(Commands, Durable):
         snapshots = []
         room = self._budget()
         for uri in wanted:
-            if uri in self._states:
+            if uri in self._states and (
+                self._authorize is None or self.may(conn.principal, uri, Operation.SUBSCRIBE)
+            ):
                 self._subscribe_to(conn, uri)
-                snapshot = self.snapshot(uri)
+                snapshot = self._snapshot_for(conn, uri)
                 if snapshot is not None:
                     snapshot, room = self._fitted(params.client_id, snapshot, room)
                     snapshots.append(snapshot)
@@ -1050,10 +1395,12 @@ class Host(Commands, Durable):
                              f"unknown clientId {params.client_id!r}: send initialize", None)
             return
         self._open(conn, params.client_id, version)
-        for uri in conn.subscriptions:
+        before = conn.subscriptions
+        for uri in before:
             self._subscribers.get(uri, {}).pop(conn, None)
         conn._subscriptions.clear()
-        live = [uri for uri in wanted if uri in self._states]
+        live = [uri for uri in wanted if uri in self._states and (
+            self._authorize is None or self.may(conn.principal, uri, Operation.SUBSCRIBE))]
         last = params.last_seen_server_seq
         result: t.ReconnectReplayResult | t.ReconnectSnapshotResult
         entries = self._replay_entries(last)
@@ -1075,7 +1422,9 @@ class Host(Commands, Durable):
                 and entry.only_to in (None, params.client_id)
                 and is_action_known_to_version(entry.envelope.action, version)
             )
-            missing = tuple(uri for uri in wanted if uri not in self._states)
+            if self._authorize is not None:
+                actions = self._narrowed_replay(conn, actions)
+            missing = tuple(uri for uri in wanted if uri not in listed_live)
             result = t.ReconnectReplayResult(actions=actions, missing=missing)
             # the client keeps its trimmed chats (and gets the pages sent meanwhile)
             self._views.drop_client(params.client_id, keep=conn._subscriptions.__contains__)
@@ -1084,7 +1433,7 @@ class Host(Commands, Durable):
             snapshots = []
             room = self._budget()
             for uri in live:
-                snapshot = self.snapshot(uri)
+                snapshot = self._snapshot_for(conn, uri)
                 if snapshot is not None:
                     # a stateless channel gets no snapshot: the client drops it
                     # and subscribes again from the live edge
@@ -1092,6 +1441,9 @@ class Host(Commands, Durable):
                     snapshot, room = self._fitted(params.client_id, snapshot, room)
                     snapshots.append(snapshot)
             result = t.ReconnectSnapshotResult(snapshots=tuple(snapshots))
+        for uri in before:
+            if uri not in conn._subscriptions:
+                self._events.append(Unsubscribed(connection=conn, channel=uri))
         if not conn._send_result(request_id, result):
             self._close(conn, "the reconnect answer was over the message limit")
             return
@@ -1118,7 +1470,7 @@ class Host(Commands, Durable):
             conn._send_error(request_id, JsonRpcErrorCode.INVALID_PARAMS,
                              f"too many subscriptions: at most {cap} per connection", None)
             return
-        snapshot = self.snapshot(uri)
+        snapshot = self._snapshot_for(conn, uri)
         client_id = conn.client_id
         if client_id is not None:
             self._views.drop(client_id, uri)
@@ -1273,6 +1625,10 @@ class Host(Commands, Durable):
         state = self._states.get(params.channel)
         if state is None or conn.client_id is None or conn.protocol_version is None:
             return
+        if self._authorize is not None and not self.may(
+            conn.principal, params.channel, Operation.DISPATCH
+        ):
+            return  # ignored, as an action for a channel that does not exist is
         conn._dispatched = True
         self._actions += 1
         pending = ClientAction(

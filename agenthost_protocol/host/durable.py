@@ -214,6 +214,19 @@ class Durable:
             return None
         return StoredContent(data=record.data, content_type=record.content_type)
 
+    def _stored_content_owners(self, uri: str) -> tuple[str, ...]:
+        """The channels the store says reference content ``uri`` (none: unknown or unowned)."""
+        if self._store is None:
+            return ()
+        try:
+            record = self._store.content(uri)
+        except StoreError as e:
+            self._events.append(StoreFailed(message=str(e)))
+            return ()
+        if record is None:
+            return ()
+        return record.owners or ((record.owner,) if record.owner is not None else ())
+
     def _content_put(self, uri: str, item: StoredContent, owner: str | None) -> None:
         if self._journal is not None:
             self._journal.content.append(ContentRecord(
@@ -335,7 +348,7 @@ class Durable:
             elif uri not in journal.new_sessions:
                 continue
             rows[uri] = SessionRecord(uri=uri, ordinal=row[0], created_at=row[1],
-                                      summary=summary)
+                                      summary=summary, owner=self._sessions.owned_by(uri))
         return Batch(
             server_seq=self._seq,
             log=(*journal.kept, *journal.log),

@@ -53,6 +53,7 @@ __all__ = [
     "ServerRequestResult",
     "StoreFailed",
     "TypedRequest",
+    "Unsubscribed",
 ]
 
 P = TypeVar("P")
@@ -253,6 +254,22 @@ class ConnectionClosed:
 
     connection: HostConnection = field(eq=False)
     reason: str
+    subscriptions: tuple[str, ...] = ()
+    """The channels it was subscribed to when it closed (what a service that holds a
+    resource while a channel has subscribers, a watch, checks again)."""
+
+
+@frozen(kw_only=True)
+class Unsubscribed:
+    """An open connection stopped listening to ``channel``: its ``unsubscribe``, or a
+    ``reconnect`` that no longer names the channel.
+
+    :meth:`Host.subscribers <agenthost_protocol.host.Host.subscribers>` says who is
+    left; a connection that closes says so with :class:`ConnectionClosed` instead.
+    """
+
+    connection: HostConnection = field(eq=False)
+    channel: str
 
 
 @frozen(kw_only=True)
@@ -301,6 +318,7 @@ Event: TypeAlias = (
     | ErrorReceived
     | ClientActionApplied
     | ConnectionClosed
+    | Unsubscribed
     | StoreFailed
 )
 """Everything ``host.next_event()`` returns."""

@@ -11,6 +11,7 @@ client's snapshot).
 
 from __future__ import annotations
 
+import hashlib
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Final, cast
@@ -27,6 +28,7 @@ from .store import SessionRecord
 
 __all__ = [
     "ClientBook",
+    "CursorSeal",
     "SessionBook",
     "View",
     "ViewBook",
@@ -200,11 +202,19 @@ class SessionBook:
         self._sessions: dict[str, tuple[int, str]] = {}
         self._owner: dict[str, str] = {}
         self._chats: dict[str, dict[str, None]] = {}
+        self._owned_by: dict[str, str] = {}
+        """session -> the owner key of the principal that created it (when it had one)."""
 
-    def created(self, uri: str, created_at: str) -> None:
+    def created(self, uri: str, created_at: str, owned_by: str | None = None) -> None:
         self._ordinal += 1
         self._sessions[uri] = (self._ordinal, created_at)
         self._chats[uri] = {}
+        if owned_by is not None:
+            self._owned_by[uri] = owned_by
+
+    def owned_by(self, session: str) -> str | None:
+        """The owner key recorded for ``session`` (``None``: nobody's)."""
+        return self._owned_by.get(session)
 
     def __len__(self) -> int:
         """The sessions known, stored ones included."""
@@ -221,6 +231,8 @@ class SessionBook:
         for row in rows:
             self._sessions[row.uri] = (row.ordinal, row.created_at)
             self._chats.setdefault(row.uri, {})
+            if row.owner is not None:
+                self._owned_by[row.uri] = row.owner
             self._ordinal = max(self._ordinal, row.ordinal)
         for chat, session in owners:
             self.chat_added(chat, session)
@@ -228,10 +240,12 @@ class SessionBook:
     def export(self, uri: str) -> tuple[object, ...]:
         """What the book holds of ``uri``, for :meth:`reimport` (undoing a forget)."""
         return (self._sessions.get(uri), tuple(self._chats.get(uri, ())),
-                uri in self._chats, self._owner.get(uri))
+                uri in self._chats, self._owner.get(uri), self._owned_by.get(uri))
 
     def reimport(self, uri: str, entry: tuple[object, ...]) -> None:
-        row, chats, has_chats, owner = entry
+        row, chats, has_chats, owner, owned_by = entry
+        if isinstance(owned_by, str):
+            self._owned_by[uri] = owned_by
         if isinstance(row, tuple):
             self._sessions[uri] = row
         if has_chats:
@@ -261,6 +275,7 @@ class SessionBook:
 
     def forget_channel(self, uri: str) -> None:
         self._sessions.pop(uri, None)
+        self._owned_by.pop(uri, None)
         for chat in self._chats.pop(uri, ()):
             self._owner.pop(chat, None)
         owner = self._owner.pop(uri, None)
@@ -268,25 +283,72 @@ class SessionBook:
             self._chats.get(owner, {}).pop(uri, None)
 
     def page(
-        self, cursor: str | None, limit: int | None, listed: Callable[[str], bool]
+        self,
+        cursor: str | None,
+        limit: int | None,
+        listed: Callable[[str], bool],
+        seal: CursorSeal | None = None,
     ) -> tuple[list[str], str | None]:
         """The URIs of one page of the sessions ``listed`` admits, and the next cursor.
 
-        The cursor is ``None`` at the end.
+        The cursor is ``None`` at the end.  With ``seal`` cursors are opaque
+        (:class:`CursorSeal`): they do not say how many sessions the host holds.
         """
         if limit is not None and limit < 1:
             raise InvalidParams("limit must be at least 1", path="$.params.limit")
         size = min(limit or self.page_size, self.page_size)
         after = 0
         if cursor is not None:
-            if not (cursor.isascii() and cursor.isdigit()) or int(cursor) > self._ordinal:
+            opened = (seal.open(cursor) if seal is not None
+                      else int(cursor) if cursor.isascii() and cursor.isdigit() else None)
+            if opened is None or opened > self._ordinal:
                 raise InvalidParams("unknown cursor", path="$.params.cursor")
-            after = int(cursor)
+            after = opened
         # dict order is creation order, so ordinals ascend
         rest = [(n, uri) for uri, (n, _) in self._sessions.items() if n > after and listed(uri)]
         page = rest[:size]
-        next_cursor = str(page[-1][0]) if len(rest) > size else None
+        next_cursor = None
+        if len(rest) > size:
+            last = page[-1][0]
+            next_cursor = seal.seal(last) if seal is not None else str(last)
         return [uri for _, uri in page], next_cursor
+
+
+class CursorSeal:
+    """``listSessions`` cursors that say nothing of the sessions a principal may not see.
+
+    A cursor is a session's ordinal in creation order, which would tell a
+    principal how many sessions were made between two of its own (and a
+    forged one, whether an ordinal exists).  Sealed, it is the ordinal
+    through a keyed permutation of 64-bit numbers (a four-round Feistel
+    network, BLAKE2b as its round function): opaque, stable for the host's
+    life, and a forged one opens to a number no session has.
+    """
+
+    _MASK: Final = 0xFFFF_FFFF
+
+    def __init__(self, key: bytes) -> None:
+        self._key = key
+
+    def _round(self, n: int, half: int) -> int:
+        digest = hashlib.blake2b(half.to_bytes(4, "big"), digest_size=4, key=self._key,
+                                 salt=n.to_bytes(16, "big"))
+        return int.from_bytes(digest.digest(), "big")
+
+    def seal(self, ordinal: int) -> str:
+        left, right = ordinal >> 32 & self._MASK, ordinal & self._MASK
+        for n in range(4):
+            left, right = right, left ^ self._round(n, right)
+        return f"{left:08x}{right:08x}"
+
+    def open(self, cursor: str) -> int | None:
+        """The ordinal sealed in ``cursor``; ``None`` if it is not a sealed cursor."""
+        if len(cursor) != 16 or not all(c in "0123456789abcdef" for c in cursor):
+            return None
+        left, right = int(cursor[:8], 16), int(cursor[8:], 16)
+        for n in reversed(range(4)):
+            left, right = right ^ self._round(n, left), left
+        return left << 32 | right
 
 
 class ClientBook:

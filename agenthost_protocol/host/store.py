@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Protocol
 
-from attrs import field, frozen
+from attrs import evolve, field, frozen
 
 __all__ = [
     "Batch",
@@ -87,6 +87,9 @@ class SessionRecord:
     created_at: str
     summary: bytes | None = None
     """JSON of its ``SessionSummary`` once it is listed (``ready``); ``None`` before."""
+    owner: str | None = None
+    """The owner key of the principal that created it (``Host(authorize=...)``);
+    ``None``: nobody's (created without a principal, or stored before owners were kept)."""
 
 
 @frozen(kw_only=True)
@@ -108,6 +111,9 @@ class ContentRecord:
     content_type: str
     data: bytes
     owner: str | None = None
+    owners: tuple[str, ...] = ()
+    """Every channel that references it now (as :meth:`HostStore.content` reads it;
+    ignored in a :class:`Batch`, which says them with ``owner`` and ``shared``)."""
 
 
 @frozen(kw_only=True)
@@ -181,7 +187,7 @@ class HostStore(Protocol):
         ...
 
     def content(self, uri: str) -> ContentRecord | None:
-        """A stored blob, or ``None``."""
+        """A stored blob, or ``None``; its ``owners`` are the channels referencing it."""
         ...
 
     def commit(self, batch: Batch) -> None:
@@ -214,7 +220,8 @@ class MemoryStore:
             server_seq=self.server_seq,
             channels=tuple(self.channels),
             sessions=tuple(sorted(
-                (SessionRecord(uri=r.uri, ordinal=r.ordinal, created_at=r.created_at)
+                (SessionRecord(uri=r.uri, ordinal=r.ordinal, created_at=r.created_at,
+                               owner=r.owner)
                  for r in self.sessions.values()), key=lambda r: r.ordinal)),
             listed=frozenset(uri for uri, r in self.sessions.items() if r.summary is not None),
             owners=tuple(self.owners.items()),
@@ -241,7 +248,10 @@ class MemoryStore:
         return out
 
     def content(self, uri: str) -> ContentRecord | None:
-        return self.blobs.get(uri)
+        record = self.blobs.get(uri)
+        if record is None:
+            return None
+        return evolve(record, owners=tuple(sorted(self.blob_owners.get(uri, ()))))
 
     def commit(self, batch: Batch) -> None:
         if self.fail is not None:

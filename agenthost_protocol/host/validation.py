@@ -33,6 +33,8 @@ __all__ = [
     "check_family",
     "check_session",
     "check_terminal",
+    "MAX_TERMINAL_SIZE",
+    "MAX_TERMINAL_TITLE",
     "validate",
 ]
 
@@ -328,14 +330,28 @@ def _executor(contributor: object) -> object:
     return ("host",)
 
 
+MAX_TERMINAL_SIZE: Final = 4096
+"""The most columns, and rows, a client may give a terminal (``terminal/resized``)."""
+MAX_TERMINAL_TITLE: Final = 1024
+"""The longest terminal title a client may set (``terminal/titleChanged``)."""
+
+
 def check_terminal(
     state: t.TerminalState, action: t.StateAction, ctx: ValidationContext
 ) -> str | None:
-    """``terminal/claimed`` only from the client that holds the claim."""
+    """``terminal/claimed`` only from the client that holds the claim; a size a pty can
+    take (1 to :data:`MAX_TERMINAL_SIZE`); a title of at most :data:`MAX_TERMINAL_TITLE`
+    characters (it is copied into the root's catalogue, which every client holds)."""
     if isinstance(action, t.TerminalClaimedAction):
         claim = state.claim
         if not (isinstance(claim, t.TerminalClientClaim) and claim.client_id == ctx.client_id):
             return "only the claim holder transfers the terminal"
+    elif isinstance(action, t.TerminalResizedAction):
+        if not (1 <= action.cols <= MAX_TERMINAL_SIZE and 1 <= action.rows <= MAX_TERMINAL_SIZE):
+            return f"a terminal has 1 to {MAX_TERMINAL_SIZE} columns and rows"
+    elif isinstance(action, t.TerminalTitleChangedAction) and (
+            len(action.title) > MAX_TERMINAL_TITLE):
+        return f"a terminal title has at most {MAX_TERMINAL_TITLE} characters"
     return None
 
 

@@ -134,9 +134,9 @@ class App {
       get connection() { return client.connection; },
       get session() { return app.session; },
       get chat() { return app.chat; },
-      state: (channel) => client.reconciler.optimistic(channel),
-      confirmed: (channel) => client.reconciler.confirmed(channel),
-      pending: (channel) => client.reconciler.pending(channel),
+      state: (channel) => client.state(channel),
+      confirmed: (channel) => client.confirmed(channel),
+      pending: (channel) => client.pending(channel),
       events: client,
     };
   }
@@ -149,6 +149,7 @@ class App {
     c.addEventListener("notification", (e) => this.onNotification(e.detail));
     c.addEventListener("settled", (e) => {
       if (e.detail.kind === "rejected") this.notice(`The host refused an action: ${e.detail.rejectionReason}`);
+      else if (e.detail.kind === "dropped") this.notice(`An action got no answer (${e.detail.rejectionReason}): check that it was done, and do it again if not.`);
     });
     $("composer").addEventListener("submit", (e) => {
       e.preventDefault();

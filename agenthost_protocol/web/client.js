@@ -56,8 +56,21 @@ export class AhpClient extends EventTarget {
     return this.reconciler.channels;
   }
 
+  tracks(channel) {
+    return this.reconciler.channels.includes(channel);
+  }
+
+  // The state the page shows (the optimistic one); undefined for a channel not tracked.
   state(channel) {
-    return this.reconciler.optimistic(channel);
+    return this.tracks(channel) ? this.reconciler.optimistic(channel) : undefined;
+  }
+
+  confirmed(channel) {
+    return this.tracks(channel) ? this.reconciler.confirmed(channel) : undefined;
+  }
+
+  pending(channel) {
+    return this.tracks(channel) ? this.reconciler.pending(channel) : [];
   }
 
   start() {
@@ -179,8 +192,10 @@ export class AhpClient extends EventTarget {
       });
       result = { type: "snapshot", snapshots: fresh.snapshots || [] };
     }
-    const { rejected } = this.reconciler.applyReconnect(result);
+    const { rejected, dropped } = this.reconciler.applyReconnect(result);
     for (const entry of rejected) this._settled({ channel: entry.channel, kind: "rejected", clientSeq: entry.clientSeq, rejectionReason: entry.reason, action: entry.action });
+    // what the host never answered is said, not sent again: the user decides
+    for (const entry of dropped || []) this._settled({ channel: entry.channel, kind: "dropped", clientSeq: entry.clientSeq, rejectionReason: "lost with the connection", action: entry.action });
     if (result.type === "replay") {
       for (const envelope of result.actions || []) this._logEnvelope(envelope, "replayed");
     }
@@ -209,13 +224,18 @@ export class AhpClient extends EventTarget {
   }
 
   async subscribe(channel) {
+    if (this.tracks(channel)) return {}; // tracked already: its state is current
     const result = await this.request("subscribe", { channel });
-    if (result && result.snapshot) this._subscribed(result.snapshot);
+    // another call may have subscribed it meanwhile
+    if (result && result.snapshot && !this.tracks(channel)) this._subscribed(result.snapshot);
     return result;
   }
 
   unsubscribe(channel) {
-    this.reconciler.unsubscribe(channel);
+    if (!this.tracks(channel)) return;
+    for (const entry of this.reconciler.unsubscribe(channel)) {
+      this._settled({ channel, kind: "dropped", clientSeq: entry.clientSeq, rejectionReason: "unsubscribed before the host answered", action: entry.action });
+    }
     const ws = this._ws;
     if (ws && ws.readyState === WebSocket.OPEN) {
       ws.send(JSON.stringify({ jsonrpc: "2.0", method: "unsubscribe", params: { channel } }));
@@ -224,7 +244,14 @@ export class AhpClient extends EventTarget {
 
   // Apply `action` at once (write-ahead) and send it; its fate comes as a "settled" event.
   dispatch(channel, action) {
-    const params = this.reconciler.dispatch(channel, action);
+    let params;
+    try {
+      params = this.reconciler.dispatch(channel, action);
+    } catch (error) {
+      // the page's own mistake (or a state the host sent that cannot take it): said
+      this.dispatchEvent(new CustomEvent("settled", { detail: { channel, kind: "rejected", rejectionReason: error.message } }));
+      return null;
+    }
     this.settledLog.push({ clientSeq: params.clientSeq, channel, type: action.type, fate: "pending", time: Date.now() });
     if (this.settledLog.length > MAX_LOG) this.settledLog.shift();
     const ws = this._ws;
@@ -277,7 +304,16 @@ export class AhpClient extends EventTarget {
     }
     const params = message.params || {};
     if (message.method === "action") {
-      const result = this.reconciler.receive(params);
+      let result;
+      try {
+        result = this.reconciler.receive(params);
+      } catch (error) {
+        // an envelope the reconciler cannot take: the host's fault; reconnecting
+        // brings a state both agree on (replay or snapshots)
+        this._setConnection("reconnecting", `the host sent an action this page cannot apply (${error.message})`);
+        if (this._ws) this._ws.close(4000, "bad action");
+        return;
+      }
       this._logEnvelope(params, result.kind);
       if (result.kind === "confirmed" || result.kind === "rejected") this._settled(result);
       if (result.kind !== "ignored") this._changed(params.channel);

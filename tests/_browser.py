@@ -74,16 +74,19 @@ def require_chromium() -> str:
     return path
 
 
-# Each test module that imports the fixture holds its own definition of it, so
-# "session" scope still sets it up once per module; Playwright's sync API allows
-# one running instance per thread.  The first module to ask starts the browser,
-# the others share it, and the last to finish closes it.
+# Module scope: while Playwright's sync API runs, its event loop is the thread's
+# running loop, so asyncio.run() fails in every test after it in the same process
+# (pytest-xdist interleaves modules on a worker): the browser is closed when its
+# module's tests are done.  Each test module that imports the fixture holds its own
+# definition of it; Playwright's sync API allows one running instance per thread, so
+# a module that asks while another one's is open shares it, and the last to finish
+# closes it.
 _shared: dict[str, Any] = {"users": 0}
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    """One headless Chromium per test process (each test opens its own context)."""
+    """One headless Chromium per test module (each test opens its own context)."""
     executable = require_chromium()
     if not _shared["users"]:
         from playwright.sync_api import sync_playwright

@@ -259,12 +259,16 @@ def test_serve_prints_its_store_and_no_store_keeps_nothing(tmp_path: Path) -> No
         async with serving(["--no-store"], tmp_path / "a.err") as (proc, _url):
             assert proc.stdout is not None
             line = await asyncio.wait_for(proc.stdout.readline(), TIMEOUT)
+            assert line.startswith(b"web http://127.0.0.1:"), line
+            line = await asyncio.wait_for(proc.stdout.readline(), TIMEOUT)
             assert line.startswith(b"store none")
             assert await stop(proc) == 0
         data_home = Path(os.environ["XDG_DATA_HOME"])
         assert not any(data_home.rglob("*.sqlite3"))
         async with serving([], tmp_path / "b.err") as (proc, _url):
             assert proc.stdout is not None
+            line = await asyncio.wait_for(proc.stdout.readline(), TIMEOUT)
+            assert line.startswith(b"web http://127.0.0.1:"), line
             line = await asyncio.wait_for(proc.stdout.readline(), TIMEOUT)
             assert line.decode().strip() == (
                 f"store {data_home / 'agenthost-protocol' / 'demo.sqlite3'}")

@@ -54,6 +54,8 @@ def turn_started(turn_id: str, text: str) -> t.ChatTurnStartedAction:
 async def store_line(proc: asyncio.subprocess.Process) -> str:
     assert proc.stdout is not None
     line = await asyncio.wait_for(proc.stdout.readline(), TIMEOUT)
+    assert line.startswith(b"web http://"), line
+    line = await asyncio.wait_for(proc.stdout.readline(), TIMEOUT)
     assert line.startswith(b"store "), line
     return line.decode().strip().removeprefix("store ")
 

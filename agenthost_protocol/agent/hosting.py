@@ -747,6 +747,7 @@ async def _serve_websocket(
     token: str | None,
 ) -> None:
     # websockets is optional: stdio mode must work without it
+    from ..aio.web import WebFiles  # noqa: PLC0415
     from ..aio.websocket import serve_websocket  # noqa: PLC0415
 
     context = None
@@ -764,7 +765,7 @@ async def _serve_websocket(
     endpoint = await serve_websocket(
         server, options.host, options.port, ping_interval=options.ping_interval,
         ping_timeout=options.ping_interval, access=options.access_policy(token),
-        ssl=context,
+        ssl=context, web=WebFiles(),
     )
     try:
         if ready is not None:
@@ -829,8 +830,9 @@ def run(options: ServeOptions, out: IO[str] | None = None, err: IO[str] | None =
     """The body of ``agenthost-protocol serve``: the exit status.
 
     Prints ``serving ws://HOST:PORT/?token=...`` (the URL to give clients) as
-    the first line on ``out`` (not in stdio mode, where stdout is the
-    protocol's).  0 after a clean shutdown,
+    the first line on ``out``, ``web http://HOST:PORT/#token=...`` (the web
+    client's address) as the second, ``store PATH`` as the third (none of them
+    in stdio mode, where stdout is the protocol's).  0 after a clean shutdown,
     1 when the agent cannot start, the settings file cannot be used,
     websockets (or the ACP extra) is missing,
     the address cannot be bound, or the capture directory cannot be written.
@@ -839,7 +841,10 @@ def run(options: ServeOptions, out: IO[str] | None = None, err: IO[str] | None =
     err = err if err is not None else sys.stderr
 
     def ready(url: str) -> None:
+        from ..aio.web import page_url  # noqa: PLC0415
+
         print(f"serving {url}", file=out, flush=True)
+        print(f"web {page_url(url)}", file=out, flush=True)
         path = options.store_path()
         print(f"store {path}" if path is not None else "store none (--no-store: memory only)",
               file=out, flush=True)

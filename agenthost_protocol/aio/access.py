@@ -12,7 +12,9 @@ checked before anything of AHP is spoken:
 2. **Origin.**  Browsers send ``Origin`` with every WebSocket handshake;
    non-browser clients (Node's WebSocket, which the official TypeScript
    client uses, websockets, curl) send none.  A handshake with an
-   ``Origin`` not in ``allowed_origins`` is refused (403).
+   ``Origin`` not in ``allowed_origins`` is refused (403), except the
+   server's own: ``http://HOST:PORT`` as that request's (checked) Host
+   header names it, the origin of the web client ``serve`` serves.
 3. **Token.**  When the policy has a token, the handshake must carry it as
    the ``token`` query parameter (``ws://127.0.0.1:8765/?token=...``, a URL
    any client can open as it is), as ``tkn`` (the name VS Code's agent-host
@@ -146,14 +148,13 @@ class AccessPolicy:
         header's value (case-insensitive name; ``None`` if absent).
         """
         host = header("Host")
-        if host is None:
-            return Refusal(status=403, reason="no Host header")
-        name = _hostname(host)
-        if name != "localhost" and not _is_ip(name) and name not in self.allowed_hosts:
-            return Refusal(status=403, reason=f"Host {name!r} is not this server's "
-                           "(allow it with --allow-host)")
+        refusal = self.check_host(host)
+        if refusal is not None:
+            return refusal
+        assert host is not None
         origin = header("Origin")
-        if origin is not None and _normal_origin(origin) not in self.allowed_origins:
+        if (origin is not None and _normal_origin(origin) not in self.allowed_origins
+                and not _own_origin(origin, host)):
             return Refusal(status=403, reason=f"Origin {origin.strip()!r} is not allowed "
                            "(allow it with --allow-origin)")
         if self.token is not None and not _token_ok(
@@ -162,6 +163,28 @@ class AccessPolicy:
                            "(or tkn=) of the URL serve printed, Authorization: Bearer, or "
                            "the subprotocol ahp.token.*")
         return None
+
+    def check_host(self, host: str | None) -> Refusal | None:
+        """The Host check alone (``host``: the header's value): the web client's files
+        are served to a request that passes it, token or not."""
+        if host is None:
+            return Refusal(status=403, reason="no Host header")
+        name = _hostname(host)
+        if name != "localhost" and not _is_ip(name) and name not in self.allowed_hosts:
+            return Refusal(status=403, reason=f"Host {name!r} is not this server's "
+                           "(allow it with --allow-host)")
+        return None
+
+
+def _own_origin(origin: str, host: str) -> bool:
+    """Whether ``origin`` is the page this server serves itself (``http://HOST:PORT``,
+    ``https://`` with TLS, as the request's own Host header names it): the web client.
+    Only a Host that passed the Host check gets here, so a page of another name that
+    rebinds to this address is still refused; another port of the same name is another
+    origin, refused too."""
+    value = _normal_origin(origin)
+    own = host.strip().lower()
+    return bool(own) and value in (f"http://{own}", f"https://{own}")
 
 
 TOKEN_PARAMETERS: Final = ("token", "tkn")

@@ -15,7 +15,9 @@ Before any of that, the HTTP upgrade request is checked against an
 token): a refused handshake never reaches the host.  It gets 401 with
 ``WWW-Authenticate: Bearer`` for the token, 403 for the Host or the Origin
 (told apart, so a client knows which to fix), each with the one-line reason
-as its body; 503 when the server serves ``max_connections`` already.
+as its body; 503 when the server serves ``max_connections`` already.  With
+``web``, a plain HTTP request (no upgrade) gets the web client's files
+instead (:mod:`.web`).
 Then the embedder's ``authenticate`` function, if given, says who the client
 is (see :mod:`.authn`): its principal goes with the connection.
 Connections that have not sent their upgrade request yet are bounded too
@@ -42,9 +44,11 @@ from .authn import Admitted, Authenticate, HandshakeAuthenticator, websocket_sco
 from .log_quota import LogQuota
 from .redact import RedactSecrets
 from .server import CloseReason, EndOfStream, FrameCache, HostServer, MessageRefused
+from .web import TOKEN_CHECK_PATH, WebFiles, token_check_response
 
 try:
     from websockets.asyncio.server import Server, ServerConnection, serve
+    from websockets.datastructures import Headers
     from websockets.exceptions import ConnectionClosed
     from websockets.frames import Frame, Opcode
     from websockets.http11 import Request, Response
@@ -259,6 +263,10 @@ def _describe(error: ConnectionClosed) -> str:
     return "the connection dropped without a close frame"
 
 
+def _is_upgrade(request: Request) -> bool:
+    return any("websocket" in value.lower() for value in request.headers.get_all("Upgrade"))
+
+
 class WebSocketStream:
     """One WebSocket connection as a :class:`~agenthost_protocol.aio.MessageStream`."""
 
@@ -455,6 +463,7 @@ async def serve_websocket(
     ssl: _ssl.SSLContext | None = None,
     open_timeout: float = 10.0,
     authenticate: Authenticate | None = None,
+    web: WebFiles | None = None,
 ) -> WebSocketServer:
     """Listen on ``host``:``port`` and serve ``server`` to every WebSocket client.
 
@@ -482,6 +491,10 @@ async def serve_websocket(
     (:attr:`~agenthost_protocol.host.HostConnection.principal`).  ``None``
     refuses with 401, :class:`~.authn.AuthenticationRefused` with its status,
     any other error with 500; ``open_timeout`` bounds it (see :mod:`.authn`).
+
+    With ``web``, a plain HTTP request (no ``Upgrade: websocket``) that passes
+    the Host check gets the web client's files (:mod:`.web`), token or not:
+    the page holds no secret.
     """
     policy = access if access is not None else AccessPolicy()
     handshakes = _Handshakes(server.limits.max_connections)
@@ -520,7 +533,24 @@ async def serve_websocket(
             response.headers["WWW-Authenticate"] = 'Bearer realm="agenthost-protocol"'
         return response
 
+    def page(files: WebFiles, request: Request) -> Response:
+        header = header_of(request)
+        # websockets before 15 parse GET only: the rest never gets here
+        method = str(getattr(request, "method", "GET"))
+        if request.path.split("?", 1)[0] == TOKEN_CHECK_PATH and method == "GET":
+            # only the Authorization header counts here, never a query
+            checked = policy.check("/", header)
+            answer = token_check_response(None if checked is None else checked.status,
+                                          header("Host"), secure=ssl is not None)
+        else:
+            answer = files.respond(method, request.path, header("Host"), secure=ssl is not None)
+        return Response(answer.status, answer.reason, Headers(list(answer.headers)),
+                        answer.body)
+
     def check(connection: ServerConnection, request: Request) -> Response | None:
+        if web is not None and not _is_upgrade(request):
+            refused = policy.check_host(header_of(request)("Host"))
+            return page(web, request) if refused is None else refuse(connection, refused)
         refusal = policy.check(request.path, header_of(request))
         if refusal is None and server.at_capacity:
             refusal = Refusal(status=HTTPStatus.SERVICE_UNAVAILABLE,

@@ -34,7 +34,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         "[-- COMMAND [ARGS ...]]",
         description="Run a real AHP 0.7.0 host; it prints 'serving "
         "ws://HOST:PORT/?token=TOKEN' first, the URL to give clients (TOKEN is kept in "
-        "the settings file: a restart prints the same URL). By default its agent is a "
+        "the settings file: a restart prints the same URL), then 'web "
+        "http://HOST:PORT/#token=TOKEN', the web client it serves on the same port "
+        "(docs/web.md). By default its agent is a "
         "built-in deterministic demo: any conforming client can create sessions, start "
         "turns and confirm or deny its tool call. With --agent acp, pi or xcsh, the agent "
         "is COMMAND ARGS (after --), spawned over stdio: one ACP process for every "

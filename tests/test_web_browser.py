@@ -1,8 +1,9 @@
 """The web client in a real browser (Debian's Chromium, driven by Playwright), against
 real ``serve`` subprocesses: the demo agent and an agent of the agent API
 (``tests/web_agent.py``).  One ``serve`` per agent for the module (the tests use sessions
-of their own); the restart test has its own.  The screenshots of docs/web.md are written
-here (docs/web/*.png)."""
+of their own); the restart test has its own.  The screenshots of docs/web.md are taken
+here, and written to docs/web/*.png with ``AHP_SCREENSHOTS=1`` (to refresh the docs'
+pictures); without it a test run leaves the work tree as it was."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import contextlib
 import functools
 import http.server
 import json
+import os
 import re
 import socket
 import threading
@@ -135,8 +137,11 @@ def last_turn(page: Page) -> Any:
 
 
 def shot(page: Page, name: str) -> None:
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / name))
+    picture = page.screenshot()
+    assert picture.startswith(b"\x89PNG")
+    if os.environ.get("AHP_SCREENSHOTS"):
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        (SHOTS / name).write_bytes(picture)
 
 
 # -- the host's own view, for comparison --------------------------------------------------

@@ -6,6 +6,8 @@ Writes docs/web/inspector.png and docs/web/phone-inspector.png."""
 
 from __future__ import annotations
 
+import json
+import uuid
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -168,8 +170,6 @@ def test_the_inspector_shows_state_log_and_fates(pages: Callable[..., Pages],  #
 
 
 def text_json(value: Any) -> str:
-    import json
-
     return json.dumps(value, ensure_ascii=False)
 
 
@@ -201,3 +201,39 @@ def test_the_inspector_on_a_phone_by_keyboard(pages: Callable[..., Pages],  # no
     page.get_by_role("button", name="Chat", exact=True).click()
     expect(page.get_by_role("list", name="Sessions")).to_be_visible()
     expect(region).to_be_hidden()
+
+
+def test_watching_a_channel_the_page_does_not_open(pages: Callable[..., Pages],  # noqa: F811
+                                                    demo: Served) -> None:
+    from websockets.sync.client import connect
+
+    other = f"ahp-session:/inspected-{uuid.uuid4()}"
+    with connect(demo.ws_url, open_timeout=10) as ws:
+        ws.send(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "channel": "ahp-root://", "protocolVersions": ["0.7.0"],
+            "clientId": f"py-{uuid.uuid4()}"}}))
+        ws.send(json.dumps({"jsonrpc": "2.0", "id": 2, "method": "createSession", "params": {
+            "channel": other, "provider": "demo"}}))
+        while True:
+            message = json.loads(ws.recv(timeout=10))
+            if message.get("id") == 2:
+                assert "error" not in message, message
+                break
+    page = pages().open(demo.web_url)
+    region = open_inspector(page)
+    state = region.get_by_role("region", name="State")
+    field = state.get_by_role("textbox", name="Watch a channel")
+    field.fill("not a uri")
+    field.press("Enter")
+    expect(state.get_by_role("alert")).to_have_text("Not a channel URI (e.g. ahp-terminal:/…).")
+    field.fill("ahp-session:/no-such-session")
+    state.get_by_role("button", name="Watch", exact=True).click()
+    expect(state.get_by_role("alert")).to_contain_text("The host refused to subscribe")
+    field.fill(other)
+    field.press("Enter")
+    expect(state.get_by_role("combobox", name="Channel")).to_have_value(other)
+    expect(state.locator("li[data-path='provider'] .tree-value")).to_have_text('"demo"')
+    assert other in page.evaluate("window.ahpClient.channels")
+    state.get_by_role("button", name="Stop watching", exact=True).click()
+    expect(state.get_by_role("combobox", name="Channel")).to_have_value("ahp-root://")
+    assert other not in page.evaluate("window.ahpClient.channels")

@@ -54,6 +54,17 @@ function diffPaths(a, b, path = "", out = [], limit = MAX_DIFFS) {
   return out;
 }
 
+// Give `select` exactly these [value, text] options, touching it only when they changed:
+// rebuilding the options of an open dropdown would close it under the user's pointer.
+function setOptions(select, options) {
+  const key = JSON.stringify(options);
+  if (select.dataset.options === key) return;
+  const value = select.value;
+  select.replaceChildren(...options.map(([v, text, disabled]) => el("option", { value: v, text, disabled })));
+  select.dataset.options = key;
+  if (options.some(([v]) => v === value)) select.value = value;
+}
+
 function originText(origin, ownId) {
   if (!origin) return "host";
   const who = origin.clientId === ownId ? "this page" : String(origin.clientId);
@@ -69,6 +80,7 @@ class Inspector {
     this.open = new Set(); // "channel|view|path" of expanded nodes
     this.nodes = new Map(); // "channel|view|path" -> {value, node}: unchanged values keep their node
     this.rows = new WeakMap(); // log entry -> its row (entries never change)
+    this.watched = new Set(); // channels subscribed to from here, for the Inspector alone
     this.timer = 0;
     this.dirty = true;
     this.build();
@@ -93,6 +105,25 @@ class Inspector {
       this.view = this.viewPick.value;
       this.render();
     });
+    this.watchInput = el("input", { id: "inspector-watch", type: "text", placeholder: "ahp-terminal:/…, ahp-session:/…", autocomplete: "off", spellcheck: "false" });
+    this.watchError = el("p", { className: "error", role: "alert" });
+    const watchForm = el("form", { className: "inspector-controls inspector-watch", "aria-label": "Watch a channel" },
+      el("label", { for: "inspector-watch", text: "Watch a channel" }), this.watchInput,
+      el("button", { type: "submit", text: "Watch" }));
+    watchForm.addEventListener("submit", (e) => {
+      e.preventDefault();
+      this.watch(this.watchInput.value.trim());
+    });
+    this.unwatch = el("button", { type: "button", text: "Stop watching", hidden: true });
+    this.unwatch.addEventListener("click", () => {
+      const channel = this.current();
+      if (!channel || !this.watched.has(channel)) return;
+      this.watched.delete(channel);
+      // the chat view may have opened it since: it keeps it
+      if (channel !== this.ahp.session && channel !== this.ahp.chat) this.ahp.client.unsubscribe(channel);
+      this.chosen = null;
+      this.render();
+    });
     this.stateInfo = el("p", { className: "meta", role: "status" });
     this.diff = el("div", { className: "inspector-diff" });
     this.tree = el("ul", { className: "state-tree", "aria-label": "State" });
@@ -100,8 +131,8 @@ class Inspector {
       heading("inspector-state-h", "State"),
       el("div", { className: "inspector-controls" },
         el("label", { for: "inspector-channel", text: "Channel" }), this.channel,
-        el("label", { for: "inspector-state-view", text: "State" }), this.viewPick),
-      this.stateInfo, this.diff, this.tree);
+        el("label", { for: "inspector-state-view", text: "State" }), this.viewPick, this.unwatch),
+      watchForm, this.watchError, this.stateInfo, this.diff, this.tree);
 
     this.logChannel = el("select", { id: "inspector-log-channel" });
     this.logChannel.addEventListener("change", () => this.renderLog());
@@ -155,6 +186,27 @@ class Inspector {
     document.dispatchEvent(new CustomEvent("ahp-inspector-render"));
   }
 
+  // Subscribe to `channel` (a terminal, another session or chat) to see its state here.
+  async watch(channel) {
+    this.watchError.textContent = "";
+    if (!channel) return;
+    if (channel.length > 2048 || !/^[a-z][a-z0-9+.-]*:/i.test(channel)) {
+      this.watchError.textContent = "Not a channel URI (e.g. ahp-terminal:/…).";
+      return;
+    }
+    const had = this.ahp.channels.includes(channel);
+    try {
+      await this.ahp.client.subscribe(channel);
+    } catch (error) {
+      this.watchError.textContent = `The host refused to subscribe: ${error.message}`;
+      return;
+    }
+    if (!had) this.watched.add(channel);
+    this.chosen = channel;
+    this.watchInput.value = "";
+    this.render();
+  }
+
   // -- state ---------------------------------------------------------------------------
 
   current() {
@@ -167,12 +219,11 @@ class Inspector {
   renderState() {
     const channels = this.ahp.channels;
     const channel = this.current();
-    const options = channels.map((c) => el("option", { value: c, text: c }));
-    if (this.chosen && !channels.includes(this.chosen)) {
-      options.push(el("option", { value: this.chosen, text: `${this.chosen} (no longer subscribed)`, disabled: true }));
-    }
-    this.channel.replaceChildren(...options);
+    const options = channels.map((c) => [c, this.watched.has(c) ? `${c} (watched)` : c]);
+    if (this.chosen && !channels.includes(this.chosen)) options.push([this.chosen, `${this.chosen} (no longer subscribed)`, true]);
+    setOptions(this.channel, options);
     if (channel) this.channel.value = channel;
+    this.unwatch.hidden = !(channel && this.watched.has(channel));
     if (!channel) {
       this.stateInfo.textContent = "Not subscribed to any channel yet.";
       this.tree.replaceChildren();
@@ -281,6 +332,9 @@ class Inspector {
     this.settledCount.textContent = all.length
       ? `${all.length} action${all.length === 1 ? "" : "s"}: ${Object.entries(counts).map(([f, n]) => `${n} ${f}`).join(", ")}${all.length > shown.length ? ` (the last ${shown.length} shown)` : ""}.`
       : "This page has dispatched no action yet.";
+    const key = `${all.length}|${shown.map((r) => `${r.clientSeq}:${r.fate}`).join(",")}`;
+    if (this.settledKey === key) return;
+    this.settledKey = key;
     this.settledBody.replaceChildren(...shown.map((r) => el("tr", { className: `fate-${r.fate}`, "data-client-seq": r.clientSeq },
       el("td", { text: r.clientSeq }), el("td", { className: "channel", text: r.channel }), el("td", { text: r.type }),
       el("td", { className: "fate", text: r.fate }), el("td", { text: r.reason ?? "" }), el("td", { text: clock(r.time) }))));
@@ -292,8 +346,7 @@ class Inspector {
     const log = this.ahp.log;
     const seen = new Set(log.map((e) => e.channel));
     const wanted = this.logChannel.value;
-    const options = [el("option", { value: "", text: "All channels" }), ...[...seen].sort().map((c) => el("option", { value: c, text: c }))];
-    this.logChannel.replaceChildren(...options);
+    setOptions(this.logChannel, [["", "All channels"], ...[...seen].sort().map((c) => [c, c])]);
     this.logChannel.value = seen.has(wanted) ? wanted : "";
     const channel = this.logChannel.value;
     const needle = this.logType.value.trim().toLowerCase();

@@ -7,6 +7,7 @@ Writes docs/web/inspector.png and docs/web/phone-inspector.png."""
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -40,7 +41,8 @@ HOSTILE = "inspect <img src=x onerror=\"window.__pwned=1\"><script>window.__pwne
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     tmp = tmp_path_factory.mktemp("web-inspector")
-    with serve(["--store", str(tmp / "demo.sqlite3"), "--step-delay", "0.01"], tmp) as s:
+    with serve(["--store", str(tmp / "demo.sqlite3"), "--step-delay", "0.01",
+                "--shell", "/bin/sh"], tmp) as s:
         yield s
 
 
@@ -237,3 +239,42 @@ def test_watching_a_channel_the_page_does_not_open(pages: Callable[..., Pages], 
     state.get_by_role("button", name="Stop watching", exact=True).click()
     expect(state.get_by_role("combobox", name="Channel")).to_have_value("ahp-root://")
     assert other not in page.evaluate("window.ahpClient.channels")
+
+
+def expand_all(region: Locator) -> None:
+    """Open every fold of the tree (bounded)."""
+    for _ in range(40):
+        closed = region.locator("details:not([open]) > summary")
+        if not closed.count():
+            return
+        closed.first.click()
+    raise AssertionError("the tree kept growing")
+
+
+def test_a_terminal_watched_live(pages: Callable[..., Pages], demo: Served) -> None:  # noqa: F811
+    page = pages().open(demo.web_url)
+    terminal = f"ahp-terminal:/inspected-{uuid.uuid4()}"
+    # the page's own terminal (a client claim: it ends with the page's connection)
+    page.evaluate("""(uri) => window.ahpClient.client.request("createTerminal", {channel: uri,
+      claim: {kind: "client", clientId: window.ahpClient.client.clientId}})""", terminal)
+    region = open_inspector(page)
+    state = region.get_by_role("region", name="State")
+    field = state.get_by_role("textbox", name="Watch a channel")
+    field.fill(terminal)
+    field.press("Enter")
+    expect(state.get_by_role("combobox", name="Channel")).to_have_value(terminal)
+    page.evaluate("(uri) => window.ahpClient.client.dispatch(uri, "
+                  "{type: 'terminal/input', data: 'echo inspected-$((6*7))\\n'})", terminal)
+    page.wait_for_function("(uri) => JSON.stringify(window.ahpClient.state(uri))"
+                           ".includes('inspected-42')", arg=terminal)
+    expand_all(state)
+    for more in state.get_by_role("button", name=re.compile("^Show all")).all():
+        more.click()
+    expect(state.locator(".state-tree")).to_contain_text("inspected-42")
+    mine = region.get_by_role("table", name="This page's actions")
+    expect(mine.locator("tbody tr").first).to_contain_text("terminal/input")
+    expect(mine.locator("tbody tr").first.locator("td").nth(3)).to_have_text("confirmed")
+    logs = region.get_by_role("region", name="Action log")
+    logs.get_by_role("combobox", name="Channel").select_option(terminal)
+    expect(logs.get_by_role("table").locator("tbody tr").first).to_contain_text("terminal/")
+    assert "host" in column(logs.get_by_role("table"), 4)

@@ -278,3 +278,42 @@ def test_a_terminal_watched_live(pages: Callable[..., Pages], demo: Served) -> N
     logs.get_by_role("combobox", name="Channel").select_option(terminal)
     expect(logs.get_by_role("table").locator("tbody tr").first).to_contain_text("terminal/")
     assert "host" in column(logs.get_by_role("table"), 4)
+
+
+MOUNT = """async (state) => {
+  const { mountInspector } = await import("/inspector.js");
+  const box = document.createElement("section");
+  document.body.append(box);
+  const evil = "<img src=x onerror=window.__pwned=1>";
+  const fake = {
+    events: new EventTarget(), channels: ["ahp-chat:/x"], chat: "ahp-chat:/x", session: null,
+    state: () => state, confirmed: () => state, pending: () => [], client: { clientId: "me" },
+    settled: [{ clientSeq: 1, channel: "ahp-chat:/x", type: evil, fate: "rejected",
+                reason: "<script>window.__pwned=2</script>", time: 0 }],
+    log: [{ serverSeq: 1, channel: "ahp-chat:/x", type: evil, origin: { clientId: evil,
+            clientSeq: 1 }, time: 0, kind: "foreign" }],
+  };
+  window.__inspector = mountInspector(box, fake);
+  box.id = "fake-inspector";
+}"""
+
+
+def test_hostile_keys_and_values_are_text(pages: Callable[..., Pages],  # noqa: F811
+                                          demo: Served) -> None:
+    page = pages().open(demo.web_url)
+    evil = "<img src=x onerror=window.__pwned=1>"
+    page.evaluate(MOUNT, {"a.b": 1, "a": {"b": 1}, evil: {evil: f"<svg onload=x>{evil}"}})
+    box = page.locator("#fake-inspector")
+    expect(box.locator("li[data-path='a.b']")).to_have_count(1)
+    # "a.b" the key and a → b the path are two nodes, each with its own key
+    box.locator("details[data-path='a'] > summary").click()
+    leaves = box.locator("li[data-path='a.b'] .tree-key")
+    expect(leaves).to_have_text(["a.b", "b"])
+    box.locator("details > summary", has_text=evil).click()
+    expect(box.locator("li .tree-value.string")).to_have_text(text_json(f"<svg onload=x>{evil}"))
+    expect(box.get_by_role("table", name="Action log")).to_contain_text(evil)
+    expect(box.get_by_role("table", name="This page's actions")).to_contain_text(
+        "<script>window.__pwned=2</script>")
+    for tag in ("img", "svg", "script", "[onerror]", "[onload]"):
+        assert box.locator(tag).count() == 0, tag
+    assert page.evaluate("window.__pwned") is None

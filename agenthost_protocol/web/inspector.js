@@ -77,8 +77,8 @@ class Inspector {
     this.ahp = ahp;
     this.chosen = null; // the channel the user picked; null follows the open chat
     this.view = "optimistic"; // or "confirmed"
-    this.open = new Set(); // "channel|view|path" of expanded nodes
-    this.nodes = new Map(); // "channel|view|path" -> {value, node}: unchanged values keep their node
+    this.open = new Set(); // "channel|view|/key/key" of expanded nodes
+    this.nodes = new Map(); // "channel|view|/key/key" -> {value, node}: unchanged values keep their node
     this.rows = new WeakMap(); // log entry -> its row (entries never change)
     this.watched = new Set(); // channels subscribed to from here, for the Inspector alone
     this.timer = 0;
@@ -256,16 +256,19 @@ class Inspector {
   }
 
   // The items of an object's or array's children, drawn only while their parent is open.
-  children(prefix, path, value) {
-    if (!isBranch(value)) return [this.node(prefix, path, "(state)", value)];
+  // `path` is for people and tests (`turns.0.id`); `where` names the node in the caches
+  // without ambiguity: a key may hold "." (an agent's tool input, say), never an
+  // unescaped "/".
+  children(prefix, path, value, where = "") {
+    if (!isBranch(value)) return [this.node(prefix, path, "(state)", value, where)];
     const keys = Object.keys(value);
-    const items = keys.slice(0, MAX_CHILDREN).map((key) => this.node(prefix, childPath(path, key), key, value[key]));
+    const items = keys.slice(0, MAX_CHILDREN).map((key) => this.node(prefix, childPath(path, key), key, value[key], `${where}/${encodeURIComponent(key)}`));
     if (keys.length > MAX_CHILDREN) items.push(el("li", { className: "meta", text: `… ${keys.length - MAX_CHILDREN} more` }));
     return items;
   }
 
-  node(prefix, path, key, value) {
-    const id = prefix + path;
+  node(prefix, path, key, value, where) {
+    const id = prefix + where;
     const hit = this.nodes.get(id);
     if (hit && hit.value === value) return hit.node;
     let node;
@@ -278,7 +281,7 @@ class Inspector {
       details.append(list);
       let filled = false;
       const fill = () => {
-        list.replaceChildren(...this.children(prefix, path, value));
+        list.replaceChildren(...this.children(prefix, path, value, where));
         filled = true;
       };
       if (this.open.has(id)) {

@@ -2,6 +2,7 @@
 // put into the DOM as text (textContent) or through renderMarkdown, never as HTML.
 import { AhpClient } from "./client.js";
 import { renderMarkdown, safeUrl } from "./markdown.js";
+import { mountInspector } from "./inspector.js";
 
 const ROOT = "ahp-root://";
 const PAGE_SIZE = 50;
@@ -119,6 +120,7 @@ class App {
     this.frame = 0;
     this.bind();
     this.exposeForInspector();
+    this.inspector = mountInspector($("inspector"), window.ahpClient);
   }
 
   exposeForInspector() {
@@ -190,6 +192,8 @@ class App {
     $("chat-view").hidden = inspector;
     $("tab-chat").setAttribute("aria-pressed", String(!inspector));
     $("tab-inspector").setAttribute("aria-pressed", String(inspector));
+    // a phone shows the Inspector full-screen, even with no session open
+    document.body.classList.toggle("inspecting", inspector);
     document.dispatchEvent(new CustomEvent("ahp-view", { detail: { view: name } }));
   }
 

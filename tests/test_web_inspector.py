@@ -151,7 +151,8 @@ def test_the_inspector_shows_state_log_and_fates(pages: Callable[..., Pages],  #
       c._retry = () => {};
       c._ws.close();
     }""")
-    page.wait_for_function("window.ahpClient.client._ws === null")  # closed, not retrying
+    # a function, not an expression: polling an expression is an eval, which the CSP forbids
+    page.wait_for_function("() => window.ahpClient.client._ws === null")  # closed, no retry
     page.evaluate("(c) => window.ahpClient.client.dispatch(c, "
                   "{type: 'chat/draftChanged', draft: {text: 'a draft'}})", chat)
     expect(mine.locator("tbody tr").first.locator("td").nth(3)).to_have_text("pending")

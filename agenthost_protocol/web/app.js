@@ -1,6 +1,7 @@
 // The page: sessions, chat, connection. Everything an agent or another client sent is
 // put into the DOM as text (textContent) or through renderMarkdown, never as HTML.
 import { AhpClient } from "./client.js";
+import { el } from "./dom.js";
 import { renderMarkdown, safeUrl } from "./markdown.js";
 import { mountInspector } from "./inspector.js";
 
@@ -9,19 +10,6 @@ const PAGE_SIZE = 50;
 const ACTIVITY = 31, ERROR = 2, IN_PROGRESS = 8, INPUT_NEEDED = 24;
 
 const $ = (id) => document.getElementById(id);
-
-function el(tag, props = {}, ...children) {
-  const node = document.createElement(tag);
-  for (const [key, value] of Object.entries(props)) {
-    if (value === undefined || value === null || value === false) continue;
-    if (key === "className") node.className = value;
-    else if (key === "text") node.textContent = String(value);
-    else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
-    else node.setAttribute(key, value === true ? "" : String(value));
-  }
-  for (const child of children) if (child !== null && child !== undefined) node.append(child);
-  return node;
-}
 
 // Put exactly `nodes` into `parent`, in order, moving only what is out of place: a node
 // left where it was keeps its focus, its selection and what the user typed.

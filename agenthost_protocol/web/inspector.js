@@ -3,6 +3,8 @@
 // only `window.ahpClient` (docs/web.md). Everything shown came from the host or another
 // client, so it reaches the DOM through textContent and attributes, never as HTML.
 
+import { el } from "./dom.js";
+
 const RENDER_EVERY_MS = 100;
 const MAX_LOG_ROWS = 300; // rows drawn; the page keeps 2000 envelopes
 const MAX_SETTLED_ROWS = 200;
@@ -10,19 +12,6 @@ const MAX_CHILDREN = 500; // children of one object or array drawn at once
 const MAX_TEXT = 400; // characters of a string shown before "Show all"
 const MAX_DIFFS = 50;
 const MAX_CACHED_NODES = 5000;
-
-function el(tag, props = {}, ...children) {
-  const node = document.createElement(tag);
-  for (const [key, value] of Object.entries(props)) {
-    if (value === undefined || value === null || value === false) continue;
-    if (key === "className") node.className = value;
-    else if (key === "text") node.textContent = String(value);
-    else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
-    else node.setAttribute(key, value === true ? "" : String(value));
-  }
-  for (const child of children) if (child !== null && child !== undefined) node.append(child);
-  return node;
-}
 
 function clock(ms) {
   const d = new Date(ms);

@@ -91,6 +91,12 @@ function same(a, b) {
   return jsonEqual(given(a) ? a : null, given(b) ? b : null);
 }
 
+// `object` with `key` set to `value`, or `object` itself when the value is the same (a
+// reducer returns its state unchanged where Python's does).
+function setField(object, key, value) {
+  return same(object[key], value) ? object : evolve(object, { [key]: value });
+}
+
 // -- the clock ------------------------------------------------------------------
 
 const MAX_TIME_MS = 8.64e15;
@@ -200,15 +206,11 @@ function configChanged(state, action) {
 function rootReducer(state, action) {
   switch (action.type) {
     case "root/agentsChanged":
-      return same(state.agents, action.agents) ? state : evolve(state, { agents: action.agents });
+      return setField(state, "agents", action.agents);
     case "root/activeSessionsChanged":
-      return same(state.activeSessions, action.activeSessions)
-        ? state
-        : evolve(state, { activeSessions: action.activeSessions });
+      return setField(state, "activeSessions", action.activeSessions);
     case "root/terminalsChanged":
-      return same(state.terminals, action.terminals)
-        ? state
-        : evolve(state, { terminals: action.terminals });
+      return setField(state, "terminals", action.terminals);
     case "root/configChanged":
       return configChanged(state, action);
     default:
@@ -406,13 +408,11 @@ function sessionReducer(state, action) {
       return patched === chats[index] ? state : { ...state, chats: replaceAt(chats, index, patched) };
     }
     case "session/defaultChatChanged":
-      return same(state.defaultChat, action.defaultChat)
-        ? state
-        : evolve(state, { defaultChat: action.defaultChat });
+      return setField(state, "defaultChat", action.defaultChat);
     case "session/titleChanged":
       return state.title === action.title ? state : { ...state, title: action.title };
     case "session/serverToolsChanged":
-      return same(state.serverTools, action.tools) ? state : evolve(state, { serverTools: action.tools });
+      return setField(state, "serverTools", action.tools);
     case "session/activeClientSet": {
       const clients = upsert(state.activeClients || [], action.activeClient, (c) => c.clientId);
       return clients === state.activeClients ? state : { ...state, activeClients: clients };
@@ -446,9 +446,7 @@ function sessionReducer(state, action) {
     case "session/inputNeededRemoved":
       return inputNeededRemoved(state, action.id);
     case "session/customizationsChanged":
-      return same(state.customizations, action.customizations)
-        ? state
-        : evolve(state, { customizations: action.customizations });
+      return setField(state, "customizations", action.customizations);
     case "session/customizationToggled":
       return toggleCustomization(state, action.id, action.enabled);
     case "session/customizationUpdated": {
@@ -468,15 +466,13 @@ function sessionReducer(state, action) {
     case "session/isArchivedChanged":
       return withStatusFlag(state, IS_ARCHIVED, action.isArchived);
     case "session/activityChanged":
-      return same(state.activity, action.activity) ? state : evolve(state, { activity: action.activity });
+      return setField(state, "activity", action.activity);
     case "session/changesetsChanged":
-      return same(state.changesets, action.changesets)
-        ? state
-        : evolve(state, { changesets: action.changesets });
+      return setField(state, "changesets", action.changesets);
     case "session/configChanged":
       return configChanged(state, action);
     case "session/metaChanged":
-      return same(state._meta, action._meta) ? state : evolve(state, { _meta: action._meta });
+      return setField(state, "_meta", action._meta);
     default:
       return state;
   }
@@ -527,13 +523,13 @@ function terminalReducer(state, action) {
       if (same(state.cols, action.cols) && same(state.rows, action.rows)) return state;
       return evolve(state, { cols: action.cols, rows: action.rows });
     case "terminal/claimed":
-      return same(state.claim, action.claim) ? state : evolve(state, { claim: action.claim });
+      return setField(state, "claim", action.claim);
     case "terminal/titleChanged":
       return state.title === action.title ? state : { ...state, title: action.title };
     case "terminal/cwdChanged":
-      return same(state.cwd, action.cwd) ? state : evolve(state, { cwd: action.cwd });
+      return setField(state, "cwd", action.cwd);
     case "terminal/exited":
-      return same(state.exitCode, action.exitCode) ? state : evolve(state, { exitCode: action.exitCode });
+      return setField(state, "exitCode", action.exitCode);
     case "terminal/cleared":
       return (state.content || []).length ? { ...state, content: [] } : state;
     case "terminal/commandDetectionAvailable":
@@ -602,9 +598,7 @@ function changesetReducer(state, action) {
       return evolve(state, { files: action.files, operations, error: action.error });
     }
     case "changeset/operationsChanged":
-      return same(state.operations, action.operations)
-        ? state
-        : evolve(state, { operations: action.operations });
+      return setField(state, "operations", action.operations);
     case "changeset/operationStatusChanged": {
       const operations = state.operations;
       if (!given(operations) || !operations.length) return state;
@@ -1353,7 +1347,7 @@ function chatReducer(state, action, now) {
       return { ...state, activeTurn: evolve(turn, { usage: action.usage }) };
     }
     case "chat/activityChanged":
-      return same(state.activity, action.activity) ? state : evolve(state, { activity: action.activity });
+      return setField(state, "activity", action.activity);
     case "chat/workingDirectorySet": {
       const directories = state.workingDirectories;
       if (given(directories) && directories.includes(action.directory)) return state;
@@ -1373,7 +1367,7 @@ function chatReducer(state, action, now) {
     case "chat/queuedMessagesReordered":
       return queuedMessagesReordered(state, action);
     case "chat/draftChanged":
-      return same(state.draft, action.draft) ? state : evolve(state, { draft: action.draft });
+      return setField(state, "draft", action.draft);
     case "chat/inputRequested":
       return inputRequested(state, action, now);
     case "chat/inputAnswerChanged":

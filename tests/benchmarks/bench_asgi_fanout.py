@@ -47,6 +47,7 @@ from .bench_ws_fanout import (
     _serve_bare,
     _serve_host,
     _write_times,
+    bench_host,
     run_round,
 )
 
@@ -122,17 +123,10 @@ async def _serve_asgi(args: argparse.Namespace) -> None:
     from agenthost_protocol.aio.access import AccessPolicy
     from agenthost_protocol.aio.server import HostServer, ServerLimits
     from agenthost_protocol.asgi import asgi_app
-    from agenthost_protocol.host import Host, Initialized
+    from agenthost_protocol.host import Initialized
 
-    from ._stream import initial_state
 
-    host = Host(clock=lambda: 1_767_225_600_000, root=t.RootState(agents=()))
-    host.add_channel(CHAT, initial_state())
-    host.dispatch(CHAT, t.ChatTurnStartedAction(
-        turn_id=TURN, started_at="2026-01-01T00:00:00.000Z",
-        message=t.Message(text="bench", origin=t.MessageOrigin(kind=t.MessageKind.USER))))
-    host.dispatch(CHAT, t.ChatResponsePartAction(
-        turn_id=TURN, part=t.MarkdownResponsePart(id=PART, content="")))
+    host = bench_host()
     clients, deltas = args.clients[0], args.deltas
     server = HostServer(host, limits=ServerLimits(max_connections=max(256, clients + 8)))
     joined = asyncio.Event()

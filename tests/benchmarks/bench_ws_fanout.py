@@ -38,6 +38,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from agenthost_protocol.host import Host
 
 CHAT = "ahp-chat:/bench"
 TURN = "turn-0"
@@ -58,22 +62,33 @@ def _envelope(seq: int) -> str:
 
 # -- servers (each a process of its own) ----------------------------------------------------
 
-async def _serve_host(args: argparse.Namespace) -> None:
+def bench_host() -> Host:
+    """A host with one chat whose turn streams into one Markdown part (``CHAT``, ``TURN``,
+    ``PART``): what every server of the benchmark fans out."""
     from agenthost_protocol import types as t
-    from agenthost_protocol.aio.server import HostServer, ServerLimits
-    from agenthost_protocol.aio.stdio import serve_streams
-    from agenthost_protocol.aio.websocket import serve_websocket
-    from agenthost_protocol.host import Host, Initialized
+    from agenthost_protocol.host import Host as HostCore
 
     from ._stream import initial_state
 
-    host = Host(clock=lambda: 1_767_225_600_000, root=t.RootState(agents=()))
+    host = HostCore(clock=lambda: 1_767_225_600_000, root=t.RootState(agents=()))
     host.add_channel(CHAT, initial_state())
     host.dispatch(CHAT, t.ChatTurnStartedAction(
         turn_id=TURN, started_at="2026-01-01T00:00:00.000Z",
         message=t.Message(text="bench", origin=t.MessageOrigin(kind=t.MessageKind.USER))))
     host.dispatch(CHAT, t.ChatResponsePartAction(
         turn_id=TURN, part=t.MarkdownResponsePart(id=PART, content="")))
+    return host
+
+
+async def _serve_host(args: argparse.Namespace) -> None:
+    from agenthost_protocol import types as t
+    from agenthost_protocol.aio.server import HostServer, ServerLimits
+    from agenthost_protocol.aio.stdio import serve_streams
+    from agenthost_protocol.aio.websocket import serve_websocket
+    from agenthost_protocol.host import Initialized
+
+
+    host = bench_host()
     clients, deltas = args.clients[0], args.deltas
     server = HostServer(host, limits=ServerLimits(
         compression=args.compression, max_connections=max(256, clients + 8)))
